@@ -1,0 +1,32 @@
+# Two commands on a fresh clone: `make conformance` (the kit on the bundled engines) and
+# `make test` (the whole suite). Both create .venv and install into it when needed; re-running
+# is fast because the install is stamped against pyproject.toml.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build by default. A GPU user installs a CUDA build of torch into $(VENV) first;
+# it is kept, because this spec is only installed when torch is missing.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: conformance test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[hf]"
+	touch $(STAMP)
+
+conformance: $(STAMP)
+	$(PY) -m pytest properties/ $(PYTEST_ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m pytest --benchmark-only fast/ $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .hypothesis .pytest_cache .benchmarks

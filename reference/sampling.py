@@ -1,0 +1,81 @@
+"""Turning logits into the distribution a sampler draws from.
+
+The order is the one samplers conventionally use: temperature first, then top-k, then top-p
+on what top-k left. Both filters keep ties at their boundary, so the kept set depends only on
+the values, never on how a sort happened to order equal entries. Greedy decoding is an exact
+argmax (lowest index wins a tie), not a tiny temperature.
+"""
+
+import math
+
+import torch
+
+
+def check_logits(logits: torch.Tensor, name: str = "logits") -> None:
+    if not torch.is_tensor(logits) or not logits.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {type(logits).__name__}")
+    if torch.isnan(logits).any():
+        raise ValueError(f"{name} contains NaN at index {torch.isnan(logits).nonzero()[0].tolist()}")
+    if torch.isposinf(logits).any():
+        raise ValueError(f"{name} contains +inf at index {torch.isposinf(logits).nonzero()[0].tolist()}")
+
+
+def check_distribution(probs: torch.Tensor, name: str, atol: float = 1e-6) -> None:
+    """A distribution over the last dimension: finite, non-negative, summing to one."""
+    if not torch.is_tensor(probs) or not probs.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {type(probs).__name__}")
+    if not torch.isfinite(probs).all():
+        bad = (~torch.isfinite(probs)).nonzero()[0].tolist()
+        raise ValueError(f"{name} has a non-finite entry {probs[tuple(bad)].item()} at index {bad}")
+    if (probs < 0).any():
+        bad = (probs < 0).nonzero()[0].tolist()
+        raise ValueError(f"{name} has a negative entry {probs[tuple(bad)].item()} at index {bad}")
+    total = probs.sum(-1)
+    if ((total - 1).abs() > atol * probs.shape[-1] ** 0.5 + atol).any():
+        raise ValueError(f"{name} must sum to 1 over its last dimension, sums to {total.flatten()[:4].tolist()}")
+
+
+def check_sampling_args(temperature: float, top_k: int, top_p: float) -> None:
+    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {top_k!r}")
+    if not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] (1 disables it), got {top_p!r}")
+
+
+def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
+                      top_p: float = 1.0) -> torch.Tensor:
+    """softmax(logits / temperature) restricted to the top-k, then to the top-p nucleus.
+
+    Works over the last dimension of any shape; returns the logits' dtype (use float64 when
+    exactness matters). top_k keeps every token whose logit is >= the k-th largest; top_p keeps
+    every token for which the mass of the strictly more probable tokens is < top_p.
+    """
+    check_logits(logits)
+    check_sampling_args(temperature, top_k, top_p)
+    if temperature == 0:
+        raise ValueError("temperature=0 means greedy: use greedy_token, not a distribution")
+    scaled = logits / temperature
+    if top_k and top_k < scaled.shape[-1]:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if top_p < 1:
+        # In descending order the mass strictly before each entry is monotone, so the kept
+        # entries are a sorted prefix; widening it to every token >= its smallest value keeps
+        # the ties, whose strictly-more-probable mass is no larger than the prefix's last.
+        ordered = probs.sort(dim=-1, descending=True).values
+        before = ordered.cumsum(-1) - ordered
+        count = (before < top_p).sum(-1, keepdim=True)
+        smallest_kept = ordered.gather(-1, count - 1)
+        probs = probs.masked_fill(probs < smallest_kept, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def greedy_token(logits: torch.Tensor) -> torch.Tensor:
+    """Exact argmax over the last dimension; the lowest index wins a tie."""
+    check_logits(logits)
+    # torch.argmax is documented to return the first maximal index.
+    return logits.argmax(-1)
