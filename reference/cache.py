@@ -56,7 +56,9 @@ class KVCache:
         if start < 0 or start + len(sources) > self.length:
             raise ValueError(f"cannot move {len(sources)} entries to start={start}: "
                              f"live entries are [0, {self.length})")
-        index = torch.tensor(sources, device=self.keys[0].device)
+        if not sources:
+            return
+        index = torch.tensor(sources, dtype=torch.long, device=self.keys[0].device)
         for layer in range(len(self.keys)):
             for store in (self.keys, self.values):
                 picked = store[layer].index_select(2, index)  # copy before writing: ranges may overlap
