@@ -1,0 +1,175 @@
+"""The kit's adapter for Hugging Face transformers: assisted generation and prompt lookup.
+
+`--impl=transformers` checks `generate(assistant_model=...)`; `--impl=transformers-lookup`
+checks `generate(prompt_lookup_num_tokens=...)`. The kit's float64 Qwen3 models are written as
+HF checkpoints (`reference.checkpoint`) and loaded with `Qwen3ForCausalLM`, in float32 as users
+run them; so greedy divergences at float32 near-ties are expected and reported as ties (see
+`KIT_LOGIT_TOLERANCE`). transformers draws its randomness from torch's global generator: each
+call seeds it from the kit's generator inside `torch.random.fork_rng`, so a run replays.
+
+Stats: transformers returns none, but its loop reports every round to the candidate generator
+(`update_candidate_strategy(input_ids, scores, num_matches)`, scores covering the proposals
+plus one); the adapter records those calls on the generator instance, so `rounds` and the
+accepted and proposed counts are transformers' own. Its first round scores the prompt and the
+first proposals in one call: there is no separate prefill round.
+"""
+
+import tempfile
+import weakref
+
+import torch
+
+from reference.checkpoint import save_pretrained
+from reference.model import EarlyExit, Qwen3
+
+KIT_MODEL_KINDS = {"qwen3"}
+# transformers computes in float32: a greedy divergence where the float64 target's top two
+# logits are closer than this is a rounding tie, reported as such (logits here are O(10),
+# float32's spacing there is ~1e-6, and six layers accumulate a few hundred ulps at most).
+KIT_LOGIT_TOLERANCE = 1e-4
+DTYPE = torch.float32
+
+_loaded = weakref.WeakKeyDictionary()  # kit model -> {role: HF model}
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as error:
+        raise ImportError("--impl=transformers needs transformers: pip install '.[hf]'") from error
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _qwen3(model) -> Qwen3:
+    """The reference Qwen3 behind a kit model; an early-exit draft becomes a standalone model."""
+    while hasattr(model, "module"):
+        model = model.module
+    if isinstance(model, EarlyExit):
+        standalone = Qwen3(model.config).to(model.lm_head.weight.dtype)
+        state = {name: t for name, t in model.target.state_dict().items()
+                 if not name.startswith("model.layers.")
+                 or int(name.split(".")[2]) < model.config.num_hidden_layers}
+        standalone.load_state_dict(state)
+        return standalone.eval()
+    if not isinstance(model, Qwen3):
+        raise TypeError(f"transformers can only load Qwen3-family models, got {type(model).__name__}")
+    return model
+
+
+def hf_model(model, role="target"):
+    """Load (once per kit model and role) the HF Qwen3ForCausalLM with the same weights."""
+    per_model = _loaded.setdefault(model, {})
+    if role not in per_model:
+        with tempfile.TemporaryDirectory() as path:
+            save_pretrained(_qwen3(model), path)
+            hf = _transformers().Qwen3ForCausalLM.from_pretrained(path, dtype=DTYPE)
+        per_model[role] = hf.eval()
+    return per_model[role]
+
+
+def _seed(generator):
+    return int(torch.randint(0, 2**62, (), generator=generator)) if generator is not None else 0
+
+
+def _record_rounds(hf_target, rounds):
+    """Append (proposed, accepted) to `rounds` for every round of the next generate call."""
+    original = type(hf_target)._get_candidate_generator
+
+    def get_candidate_generator(*args, **kwargs):
+        generator = original(hf_target, *args, **kwargs)
+        update = generator.update_candidate_strategy
+
+        def record(input_ids, scores, num_matches):
+            rounds.append((scores.shape[1] - 1, int(num_matches)))
+            return update(input_ids, scores, num_matches)
+        generator.update_candidate_strategy = record
+        return generator
+    hf_target._get_candidate_generator = get_candidate_generator
+
+
+def _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids, generator, top_k, top_p,
+              **assist):
+    hf_target = hf_model(target)
+    ids = torch.as_tensor(prompt_ids, dtype=torch.long).view(1, -1)
+    if max_new_tokens == 0:
+        return [], []
+    sampling = temperature > 0
+    settings = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=sampling,
+                    eos_token_id=list(stop_ids) or None, pad_token_id=0,
+                    # transformers defaults top_k to 50: 0 is the explicit "off".
+                    top_k=top_k, top_p=top_p, **({"temperature": temperature} if sampling else {}))
+    rounds = []
+    _record_rounds(hf_target, rounds)
+    try:
+        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(_seed(generator))
+            out = hf_target.generate(ids, attention_mask=torch.ones_like(ids), **settings, **assist)
+    finally:
+        del hf_target._get_candidate_generator
+    return out[0, ids.shape[1]:].tolist(), rounds
+
+
+def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
+                         stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
+    """transformers' assisted generation with `draft` as the assistant, k tokens per round."""
+    hf_draft = hf_model(draft, role="draft")
+    # A constant k, and no early stop of drafting on low confidence: the kit's perfect-draft
+    # property relies on every round proposing k tokens.
+    config = hf_draft.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
+    config.assistant_confidence_threshold = 0.0
+    tokens, rounds = _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids,
+                               generator, top_k, top_p, assistant_model=hf_draft)
+    return tokens, _stats(tokens, rounds)
+
+
+def target_greedy_generate(target, prompt_ids, max_new_tokens, stop_ids=()):
+    """transformers' own greedy decoding of the target, without an assistant."""
+    return _generate(target, prompt_ids, max_new_tokens, 0.0, stop_ids, None, 0, 1.0)[0]
+
+
+def _stats(tokens, rounds):
+    proposed = sum(p for p, _ in rounds)
+    accepted = sum(a for _, a in rounds)
+    return {"rounds": len(rounds), "acceptance_rate": accepted / proposed if proposed else 0.0,
+            "tokens_per_target_call": len(tokens) / len(rounds) if rounds else 0.0}
+
+
+class PromptLookup:
+    """`--impl=transformers-lookup`: `generate(prompt_lookup_num_tokens=k)`; the draft model the
+    kit passes is ignored, so the perfect-draft family does not apply."""
+
+    KIT_MODEL_KINDS = KIT_MODEL_KINDS
+    KIT_LOGIT_TOLERANCE = KIT_LOGIT_TOLERANCE
+    KIT_NOT_APPLICABLE = {"perfect_draft": "prompt lookup ignores the draft model"}
+
+    @staticmethod
+    def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
+                             stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
+        tokens, rounds = _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids,
+                                   generator, top_k, top_p, prompt_lookup_num_tokens=k)
+        return tokens, _stats(tokens, rounds)
+
+    target_greedy_generate = staticmethod(target_greedy_generate)
+
+
+def accept_or_correct(p, q, token, generator=None):
+    """The rule transformers applies, `generation.utils._speculative_sampling`, on one token.
+
+    It takes logits: log p and log q give back p and q through its softmax (zero mass becomes
+    -inf, then zero again). It scores one candidate and needs one more target position for the
+    bonus token; p is repeated there and the bonus it draws is discarded.
+    """
+    from transformers.generation.utils import _speculative_sampling
+
+    token = int(token)
+    candidate = torch.tensor([[token]])
+    q_logits = q.double().log().view(1, 1, -1)                     # [1, 1, V]
+    p_logits = p.double().log().view(1, 1, -1).expand(1, 2, -1)    # [1, 2, V]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_seed(generator))
+        valid, n_matches = _speculative_sampling(candidate, q_logits, 1, p_logits)
+    if int(n_matches) == 1:
+        return token, True
+    return int(valid[0, 0]), False
