@@ -1,0 +1,125 @@
+"""The fast engine's public functions, in the shapes the conformance kit calls.
+
+Each call sizes a FastEngine to its request (batch, cache length, k). With CUDA graphs on, the
+engine (and so its captured steps) is kept and reused by later calls of the same size, which is
+what makes capture pay; eagerly, an engine is cheap and built per call.
+"""
+
+import weakref
+
+from fast import checks
+from fast.engine import FastEngine, graphs_wanted, is_drafter
+from fast.tree import TreeShape, check_tree, generate_tree
+from fast.weights import check_model, model_weights
+
+# target module -> {size key: engine}; only engines with captured graphs are kept.
+_ENGINES = weakref.WeakKeyDictionary()
+
+
+def _round_up(n: int, step: int = 64) -> int:
+    return -(-n // step) * step
+
+
+def _engine(target, draft, prompts, max_new, width: int, width_name: str, width_value,
+            cuda_graphs) -> FastEngine:
+    module = check_model(target, "target")
+    weights = model_weights(target, "target")
+    graphs = graphs_wanted(cuda_graphs, weights.device)
+    needed = _cache_needed(prompts, max_new, width)
+    limit = getattr(module.config, "max_position_embeddings", None) or needed
+    # A request longer than the model's positions is refused here, naming what to shorten.
+    checks.check_room(prompts, max_new, width, limit, width_name, width_value,
+                      capacity_label="the target's max_position_embeddings")
+    batch, k = len(prompts), width - 1
+    capacity = min(_round_up(needed), max(limit, needed)) if graphs else needed
+    if not graphs:
+        return FastEngine(target, draft, max_batch=batch, max_cache_len=capacity, max_k=k,
+                          cuda_graphs=False)
+    key = (batch, capacity, k)
+    per_target = _ENGINES.setdefault(module, {})
+    engine = per_target.get(key)
+    if engine is None or not _same_models(engine, weights, draft):
+        engine = FastEngine(target, draft, max_batch=batch, max_cache_len=capacity, max_k=k,
+                            cuda_graphs=True)
+        per_target.clear()  # one captured engine per target: graphs hold device memory
+        per_target[key] = engine
+    return engine
+
+
+def _same_models(engine: FastEngine, target_weights, draft) -> bool:
+    """Whether a kept engine runs these very weights (fused copies are rebuilt on change)."""
+    if engine.target_weights.layers[0].qkv is not target_weights.layers[0].qkv:
+        return False
+    if is_drafter(draft) or not hasattr(engine.drafter, "runner"):
+        return engine.drafter is draft
+    mine = engine.drafter.runner.weights
+    theirs = model_weights(draft, "draft")
+    return mine.embed is theirs.embed and len(mine.layers) == len(theirs.layers) and all(
+        a.qkv is b.qkv for a, b in zip(mine.layers, theirs.layers))
+
+
+def _cache_needed(prompts, max_new, width) -> int:
+    """Slots the longest row needs: its prompt, its new tokens and one block of `width`."""
+    return max(max(len(p) for p in prompts),
+               max(len(p) + n + width - 1 for p, n in zip(prompts, max_new)))
+
+
+def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.0, stop_ids=(),
+                     generator=None, *, top_k=0, top_p=1.0, cuda_graphs=None):
+    """Speculative decoding of a ragged batch: (outputs, stats).
+
+    Under greedy decoding row i is exactly the target's greedy continuation of prompts[i],
+    ending at its first stop id and holding at most max_new_tokens[i] tokens; under sampling
+    each row is distributed exactly as the target's ancestral sampling with the same
+    temperature / top_k / top_p. cuda_graphs=None: on when CUDA is available; False: eager.
+    `draft` is a Qwen3-family model or a drafter object (fast/drafter.py protocol).
+    """
+    checks.check_cuda_graphs(cuda_graphs)
+    checks.check_k(k)
+    vocab = model_weights(target, "target").shape.vocab_size
+    prompts = checks.check_prompts(prompts, vocab)
+    max_new = checks.check_max_new(max_new_tokens, len(prompts))
+    engine = _engine(target, draft, prompts, max_new, k + 1, "k", k, cuda_graphs)
+    return engine.generate(prompts, max_new, k, temperature, stop_ids, generator,
+                           top_k=top_k, top_p=top_p)
+
+
+def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
+                         stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
+    """The chapter's engine API on the batched engine at B = 1: (tokens, stats)."""
+    vocab = model_weights(target, "target").shape.vocab_size
+    prompt = checks.check_prompt(prompt_ids, vocab, "prompt_ids")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    outputs, stats = batched_generate(target, draft, [prompt], max_new_tokens, k, temperature,
+                                      stop_ids, generator, top_k=top_k, top_p=top_p)
+    return outputs[0], _single_row(stats)
+
+
+def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
+                  cuda_graphs=None):
+    """Greedy tree speculation for one prompt: (tokens, stats). tree[d] is the branching
+    factor at depth d + 1; the output is exactly the target's greedy continuation."""
+    checks.check_cuda_graphs(cuda_graphs)
+    vocab = model_weights(target, "target").shape.vocab_size
+    prompt = checks.check_prompt(prompt_ids, vocab, "prompt_ids")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    tree = check_tree(tree, vocab)
+    if is_drafter(draft):
+        raise ValueError(f"draft must be a Qwen3-family model for tree verification, got "
+                         f"{type(draft).__name__}")
+    size = TreeShape(tree, "cpu").size
+    engine = _engine(target, draft, [prompt], [max_new_tokens], size, "tree", tree, cuda_graphs)
+    outputs, stats = generate_tree(engine, [prompt], max_new_tokens, tree, stop_ids)
+    stats = _single_row(stats)
+    stats["tree"] = tree
+    return outputs[0], stats
+
+
+def _single_row(stats: dict) -> dict:
+    """Batch stats of a one-row batch in the chapter's terms (they coincide at B = 1)."""
+    row = stats["per_row"][0]
+    single = {key: value for key, value in stats.items() if key != "per_row"}
+    single.update(row)
+    return single

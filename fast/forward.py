@@ -1,0 +1,97 @@
+"""One batched forward pass of a Qwen3-family model over a static cache.
+
+Every row feeds T tokens at its own slots and positions, and sees the cache through a mask
+built from a per-row window:
+
+    row b, fed token t may attend to slot s  iff  s < window_start[b]
+                                              or  visibility[t, s - window_start[b]]
+
+For a chain (prefill, draft step, verify of k+1 tokens) the window starts at the row's length
+and `visibility` is lower-triangular; for a token tree it is the ancestor-or-self matrix, so a
+node sees the committed prefix and its own branch only. Each fed token always sees its own slot,
+so no attention row is empty (an empty row would be NaN).
+
+The computation means what reference.model.Qwen3.forward means (RMSNorm in at least float32,
+per-head q/k norms, half-split rotary, grouped-query attention, SwiGLU), with fewer kernels:
+fused q/k/v and gate/up matmuls, one norm and one rotary for the q and k heads together, rotary
+factors looked up from a table. With float64 weights the logits agree with the reference's to
+rounding (tests/test_fast_forward.py).
+
+Nothing here reads a tensor's value on the host, so the whole function can be captured in a
+CUDA graph (fast/graphs.py) as long as `span` is fixed.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from fast.cache import StaticCache
+from fast.rotary import apply_rotary, rotary_table
+from fast.weights import ModelWeights
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * x / rms(x) over the last dimension; weight broadcasts against x's tail."""
+    if x.dtype in (torch.float32, torch.float64):
+        if weight.dim() == 1:
+            return F.rms_norm(x, weight.shape, weight, eps)
+        return F.rms_norm(x, x.shape[-1:], None, eps) * weight
+    # Low precision is normalized in float32 and rounded before the weight, as Qwen3 does.
+    return weight * F.rms_norm(x.float(), x.shape[-1:], None, eps).to(x.dtype)
+
+
+def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int) -> torch.Tensor:
+    """Attention mask [B, T, span] (True = may attend) from window_start [B], visibility [T, W]."""
+    T, W = visibility.shape
+    slots = torch.arange(span, device=window_start.device)
+    relative = slots[None, :] - window_start[:, None]                    # [B, span]
+    prefix = relative < 0                                                # [B, span]
+    inside = (relative >= 0) & (relative < W)                            # [B, span]
+    seen = visibility[:, relative.clamp(0, W - 1)]                       # [T, B, span]
+    return prefix[:, None, :] | (inside[:, None, :] & seen.transpose(0, 1))
+
+
+def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots: torch.Tensor,
+            positions: torch.Tensor, mask: torch.Tensor, span: int,
+            logits_at: str | torch.Tensor | None = "all", rotary=None) -> torch.Tensor | None:
+    """Run ids [B, T] through the model, writing their keys/values at slots [B, T].
+
+    positions [B, T]: rotary positions. mask [B, T, span]: see window_mask; attention reads slots
+    [0, span) of each row. logits_at: "all" -> [B, T, V]; "last" -> [B, V]; an index tensor
+    [B, n] of positions within T -> [B, n, V]; None -> no head at all (prefill).
+    rotary: the (cos, signed sin) tables to read; a captured step passes tables its owner keeps
+    alive (a graph holds raw pointers, not references).
+    """
+    s = weights.shape
+    B, T = ids.shape
+    H, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
+    if rotary is None:
+        rotary = rotary_table(D, s.rope_theta, cache.capacity, weights.dtype, ids.device)
+    cos_table, sin_table = rotary
+    cos = cos_table[positions][:, :, None, :]                            # [B, T, 1, D]
+    sin = sin_table[positions][:, :, None, :]
+    attn_mask = mask[:, None]                                            # [B, 1, T, span]
+    x = F.embedding(ids, weights.embed)                                  # [B, T, hidden]
+    for index, layer in enumerate(weights.layers):
+        h = rms_norm(x, layer.input_norm, s.eps)
+        qkv = F.linear(h, layer.qkv).view(B, T, H + 2 * KV, D)           # [B, T, H + 2 KV, D]
+        # q and k heads share one norm (per-head weights) and one rotary.
+        qk = apply_rotary(rms_norm(qkv[:, :, :H + KV], layer.qk_norm, s.eps), cos, sin)
+        q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV:]
+        cache.write(index, B, slots, k.transpose(1, 2), v.transpose(1, 2))
+        keys, values = cache.view(index, B, span)                        # [B, KV, span, D]
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=attn_mask,
+                                           enable_gqa=H != KV)           # [B, H, T, D]
+        x = x + F.linear(y.transpose(1, 2).reshape(B, T, H * D), layer.o)
+        h = rms_norm(x, layer.post_norm, s.eps)
+        gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, layer.down)
+    if logits_at is None:
+        return None
+    if isinstance(logits_at, str):
+        if logits_at == "last":
+            x = x[:, -1]
+        elif logits_at != "all":
+            raise ValueError(f"logits_at must be 'all', 'last', None or an index tensor, got {logits_at!r}")
+    else:
+        x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
+    return F.linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)

@@ -1,0 +1,97 @@
+"""One model (target or draft) with its static cache and its steps: prefill, chain, tree.
+
+Slots and positions:
+- chain step: row b feeds T tokens at slots start[b] .. start[b] + T - 1, which are also their
+  rotary positions; each token sees the row's prefix [0, start[b]) and the fed tokens up to
+  itself (lower-triangular visibility).
+- tree step: the caller gives slots, positions (prefix length + depth) and the visibility of
+  the window that starts at window_start[b] (the ancestor-or-self matrix of the tree).
+Steps of fixed shape go through the StepRunner, so on CUDA they are captured once and replayed.
+"""
+
+import torch
+
+from fast.cache import StaticCache
+from fast.forward import forward, window_mask
+from fast.graphs import StepRunner
+from fast.rotary import rotary_table
+from fast.weights import ModelWeights
+
+
+class ModelRunner:
+    def __init__(self, weights: ModelWeights, max_batch: int, capacity: int, steps: StepRunner):
+        s = weights.shape
+        self.weights = weights
+        self.cache = StaticCache(s.num_layers, max_batch, s.num_kv_heads, s.head_dim, capacity,
+                                 weights.dtype, weights.device)
+        self.steps = steps
+        # Everything a captured step reads is owned here, for as long as the runner lives: a
+        # CUDA graph keeps raw device pointers, not references. Tables are built now, outside
+        # any capture.
+        self.rotary = rotary_table(s.head_dim, s.rope_theta, capacity, weights.dtype, weights.device)
+        self._causal = {}       # T -> lower-triangular visibility [T, T]
+        self._visibility = {}   # tree step name -> its visibility [T, W]
+
+    @property
+    def device(self):
+        return self.weights.device
+
+    @property
+    def capacity(self):
+        return self.cache.capacity
+
+    def causal(self, T: int) -> torch.Tensor:
+        if T not in self._causal:
+            self._causal[T] = torch.ones(T, T, dtype=torch.bool, device=self.device).tril()  # [T, T]
+        return self._causal[T]
+
+    def span(self, bound: int) -> int:
+        """Slots attention reads: the whole cache when graphs need a fixed shape, else a bound."""
+        return self.capacity if self.steps.use_graphs else min(self.capacity, bound)
+
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Feed padded prompts ids [B, T] from slot 0 and set lengths [B] (<= T).
+
+        Padding past a row's length is written and then dead: the row's length excludes it.
+        Runs eagerly: prompt shapes vary from call to call.
+        """
+        B, T = ids.shape
+        if T > 0:
+            slots = torch.arange(T, device=self.device).expand(B, T)   # [B, T]
+            start = torch.zeros(B, dtype=torch.long, device=self.device)
+            mask = window_mask(start, self.causal(T), T)
+            forward(self.weights, self.cache, ids, slots, slots, mask, T, None, self.rotary)
+        self.cache.rollback(B, lengths)
+
+    def chain(self, ids: torch.Tensor, start: torch.Tensor, bound: int, logits_at: str = "all"):
+        """Feed ids [B, T] at slots start[b] + t; logits per logits_at. bound >= max(start) + T."""
+        B, T = ids.shape
+        span = self.span(bound)
+        visibility = self.causal(T)
+
+        def step(ids, start):
+            slots = start[:, None] + torch.arange(T, device=start.device)  # [B, T]
+            mask = window_mask(start, visibility, span)
+            return forward(self.weights, self.cache, ids, slots, slots, mask, span, logits_at,
+                           self.rotary)
+
+        return self.steps(("chain", id(self), B, T, span, logits_at), step, ids, start)
+
+    def tree(self, ids, slots, positions, window_start, visibility, name: str, bound: int,
+             logits_at: str = "all"):
+        """Feed tree nodes ids [B, T] at slots [B, T] with positions [B, T] under `visibility`
+        [T, W] (a window starting at window_start [B]). `name` identifies the visibility: it is
+        part of the capture key, so two trees never share a captured step."""
+        B, T = ids.shape
+        span = self.span(bound)
+        if name not in self._visibility:
+            self._visibility[name] = visibility.clone()
+        visibility = self._visibility[name]
+
+        def step(ids, slots, positions, window_start):
+            mask = window_mask(window_start, visibility, span)
+            return forward(self.weights, self.cache, ids, slots, positions, mask, span, logits_at,
+                           self.rotary)
+
+        return self.steps(("tree", id(self), name, B, T, span, logits_at), step, ids, slots,
+                          positions, window_start)

@@ -1,0 +1,48 @@
+"""Ground truth for the fast engine's tests and benchmarks: the target decoding alone.
+
+`target_greedy` runs the reference model's own forward and cache one token at a time, so it
+shares no code with the fast path it checks.
+"""
+
+import torch
+
+from fast.weights import unwrap
+
+
+@torch.no_grad()
+def target_greedy(model, prompt, max_new_tokens: int, stop_ids=()) -> list[int]:
+    """The target's greedy continuation of prompt: at most max_new_tokens, ending at a stop id."""
+    model = unwrap(model)
+    if max_new_tokens == 0:
+        return []
+    device = next(model.parameters()).device
+    cache = model.new_cache(1, len(prompt) + max_new_tokens + 1)
+    logits = model(torch.tensor([list(prompt)], device=device), cache)[0, -1]
+    out = []
+    while True:
+        token = int(logits.argmax())
+        out.append(token)
+        if token in stop_ids or len(out) == max_new_tokens:
+            return out
+        logits = model(torch.tensor([[token]], device=device), cache)[0, -1]
+
+
+def one_thread():
+    """Context for timing and tests of the tiny models: one intra-op thread.
+
+    The tiny preset's ops are microseconds long; on a small shared machine a second OpenMP
+    thread only adds contention (measured: 10x and more slower under load), for the fast path
+    and the reference alike.
+    """
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return scope()
