@@ -1,0 +1,258 @@
+"""Finding the implementation under test (`--impl`) and checking its API up front.
+
+NAME is one of
+
+* ``reference`` (module ``reference.speculative``) or ``fast`` (module ``fast``);
+* a dotted module name, e.g. ``mypkg.spec``;
+* a path to a ``.py`` file, e.g. ``engine/speculative.py``;
+* any of those followed by ``:ATTR``, where ATTR names an attribute of the module: a class
+  (instantiated with no arguments) or an object whose attributes provide the functions,
+  e.g. ``tests/mutants/catalogue.py:InvertedRatio``.
+
+The functions are grouped in levels; an implementation may expose any of them:
+
+    rule     accept_or_correct(p, q, token, generator=None) -> (token, accepted)
+    engine   speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4,
+                                  temperature=0.0, stop_ids=(), generator=None) -> (tokens, stats)
+             (keywords top_k= and top_p= are exercised when the function names them)
+    batched  batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.0,
+                              stop_ids=(), generator=None, *, top_k=0, top_p=1.0)
+             tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2),
+                           stop_ids=())
+
+An optional attribute ``KIT_MODEL_KINDS`` (a subset of {"qwen3", "table"}) says which of the
+kit's models the implementation can run; by default both.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ALIASES = {"reference": "reference.speculative", "fast": "fast"}
+MODEL_KINDS = frozenset({"qwen3", "table"})
+
+
+class ImplError(Exception):
+    """The implementation cannot be used: the message says why, naming it."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    function: str
+    required: tuple[str, ...]          # positional, in this order, named like this
+    optional: tuple[str, ...]          # passed by keyword, must be accepted
+    extra: tuple[str, ...] = ()        # exercised only when the function names them
+
+    def call_text(self) -> str:
+        args = list(self.required) + [f"{name}=..." for name in self.optional]
+        return f"{self.function}({', '.join(args)})"
+
+
+LEVELS: dict[str, tuple[Signature, ...]] = {
+    "rule": (Signature("accept_or_correct", ("p", "q", "token"), ("generator",)),),
+    "engine": (Signature("speculative_generate", ("target", "draft", "prompt_ids", "max_new_tokens"),
+                         ("k", "temperature", "stop_ids", "generator"), ("top_k", "top_p")),),
+    "batched": (Signature("batched_generate", ("target", "draft", "prompts", "max_new_tokens"),
+                          ("k", "temperature", "stop_ids", "generator"),
+                          ("top_k", "top_p", "cuda_graphs")),
+                Signature("tree_generate", ("target", "draft", "prompt_ids", "max_new_tokens"),
+                          ("tree", "stop_ids"), ("cuda_graphs",))),
+}
+
+
+@dataclass
+class Impl:
+    spec: str                               # what --impl said
+    description: str                        # where it came from
+    functions: dict[str, object] = field(default_factory=dict)
+    keywords: dict[str, frozenset] = field(default_factory=dict)  # function -> extra kws it names
+    levels: tuple[str, ...] = ()
+    missing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # level -> missing names
+    model_kinds: frozenset = MODEL_KINDS
+
+    def __repr__(self):
+        return f"Impl({self.spec!r})"
+
+    def has(self, level: str) -> bool:
+        return level in self.levels
+
+    def accepts(self, function: str, keyword: str) -> bool:
+        return keyword in self.keywords.get(function, ())
+
+    def __getattr__(self, name):
+        functions = self.__dict__.get("functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(name)
+
+    def header(self) -> str:
+        parts = []
+        for level in self.levels:
+            names = []
+            for sig in LEVELS[level]:
+                extra = sorted(self.keywords.get(sig.function, ()))
+                names.append(sig.function + (f" [+{', '.join(extra)}]" if extra else ""))
+            parts.append(f"{level} ({'; '.join(names)})")
+        lacking = [f"{level} (no {', '.join(names)})" for level, names in self.missing.items()]
+        text = (f"implementation under test: --impl={self.spec} -> {self.description}\n"
+                f"levels: {', '.join(parts) or 'none'}")
+        if lacking:
+            text += f"; not applicable: {'; '.join(lacking)}"
+        text += f"\nkit model kinds it runs: {', '.join(sorted(self.model_kinds))}"
+        return text
+
+
+def _split_attr(spec: str) -> tuple[str, str | None]:
+    head, sep, tail = spec.rpartition(":")
+    if sep and tail.isidentifier() and head and not (len(head) == 1 and head.isalpha()):
+        return head, tail
+    return spec, None
+
+
+def _module_name_for_path(path: Path) -> str | None:
+    """The dotted name under which `path` is importable from sys.path, if any."""
+    path = path.resolve()
+    for entry in sys.path:
+        try:
+            root = Path(entry or os.getcwd()).resolve()
+        except OSError:
+            continue
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        parts = rel.with_suffix("").parts
+        if all(p.isidentifier() for p in parts):
+            return ".".join(parts)
+    return None
+
+
+def _import_path(path: Path):
+    name = _module_name_for_path(path)
+    if name is not None:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            module = None
+        if module is not None and Path(getattr(module, "__file__", "") or "").resolve() == path.resolve():
+            return module
+    name = "kit_impl_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImplError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    # sibling modules of a stand-alone file import the way they would if it were run directly
+    sys.path.insert(0, str(path.parent.resolve()))
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import(spec: str):
+    target = ALIASES.get(spec, spec)
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        path = Path(target)
+        if not path.is_file():
+            raise ImplError(f"--impl={spec}: no such file {path}")
+        return _import_path(path), f"file {path}"
+    return importlib.import_module(target), f"module {target}"
+
+
+def _check_signature(spec: str, fn, sig: Signature) -> frozenset:
+    """Raise ImplError unless fn can be called the way the kit calls it; return the extra
+    keywords it names."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise ImplError(f"--impl={spec}: cannot read the signature of {sig.function}: {exc}")
+    values = list(params.values())
+    positional = [p for p in values if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_pos = any(p.kind == p.VAR_POSITIONAL for p in values)
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in values)
+    shown = f"{sig.function}{inspect.signature(fn)}"
+    expected = f"the kit calls it as {sig.call_text()}"
+    for i, name in enumerate(sig.required):
+        if i >= len(positional):
+            if var_pos:
+                break
+            raise ImplError(f"--impl={spec}: {shown} takes {len(positional)} positional "
+                            f"parameters, but {expected}")
+        if positional[i].name != name:
+            raise ImplError(f"--impl={spec}: {shown}: positional parameter {i + 1} is named "
+                            f"{positional[i].name!r}, the chapter's API names it {name!r} "
+                            f"({expected})")
+    required_extra = [p.name for p in positional[len(sig.required):] if p.default is p.empty]
+    required_extra += [p.name for p in values if p.kind == p.KEYWORD_ONLY and p.default is p.empty
+                       and p.name not in sig.optional]
+    if required_extra:
+        raise ImplError(f"--impl={spec}: {shown} requires {', '.join(map(repr, required_extra))}, "
+                        f"which the chapter's API does not pass ({expected})")
+    names = {p.name for p in values if p.kind != p.POSITIONAL_ONLY}
+    for name in sig.optional:
+        if name not in names and not var_kw:
+            raise ImplError(f"--impl={spec}: {shown} does not accept the keyword {name!r} "
+                            f"({expected})")
+    return frozenset(name for name in sig.extra if name in names)
+
+
+def load(spec: str) -> Impl:
+    """Resolve --impl=spec into an Impl, or raise ImplError with one clear message."""
+    if not spec:
+        raise ImplError("--impl is empty: give reference, fast, a module name or a .py path")
+    module_spec, attr = _split_attr(spec)
+    try:
+        module, description = _import(module_spec)
+    except ImplError:
+        raise
+    except Exception as exc:  # anything the import itself raises
+        raise ImplError(f"--impl={spec}: cannot import {module_spec!r}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    source = module
+    if attr is not None:
+        if not hasattr(module, attr):
+            raise ImplError(f"--impl={spec}: {description} has no attribute {attr!r}")
+        source = getattr(module, attr)
+        description += f", attribute {attr}"
+        if inspect.isclass(source):
+            try:
+                source = source()
+            except Exception as exc:
+                raise ImplError(f"--impl={spec}: cannot instantiate {attr}() with no arguments: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            description += " (an instance)"
+    impl = Impl(spec=spec, description=description)
+    levels, missing = [], {}
+    for level, sigs in LEVELS.items():
+        found = {sig.function: getattr(source, sig.function, None) for sig in sigs}
+        absent = tuple(name for name, fn in found.items() if fn is None)
+        if absent:
+            missing[level] = absent
+            continue
+        for sig in sigs:
+            fn = found[sig.function]
+            if not callable(fn):
+                raise ImplError(f"--impl={spec}: {sig.function} is not callable "
+                                f"({type(fn).__name__})")
+            impl.keywords[sig.function] = _check_signature(spec, fn, sig)
+            impl.functions[sig.function] = fn
+        levels.append(level)
+    if not levels:
+        names = ", ".join(sig.function for sigs in LEVELS.values() for sig in sigs)
+        raise ImplError(f"--impl={spec}: {description} exposes none of the kit's functions "
+                        f"({names})")
+    kinds = getattr(source, "KIT_MODEL_KINDS", None)
+    if kinds is not None:
+        kinds = frozenset(kinds)
+        if not kinds or not kinds <= MODEL_KINDS:
+            raise ImplError(f"--impl={spec}: KIT_MODEL_KINDS must be a non-empty subset of "
+                            f"{sorted(MODEL_KINDS)}, got {sorted(kinds)}")
+        impl.model_kinds = kinds
+    impl.levels = tuple(levels)
+    impl.missing = missing
+    return impl

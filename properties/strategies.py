@@ -1,0 +1,167 @@
+"""Hypothesis strategies for speculative decoding, importable by anyone testing an engine.
+
+    from properties.strategies import distribution_pairs, engine_cases
+
+    @given(distribution_pairs())
+    def test_my_rule(pq):
+        p, q = pq
+        ...
+
+Strategies that build models return *specs* (small frozen dataclasses, see properties.models
+and properties.cases) rather than models, so that a failing example prints as a line of Python
+that rebuilds it exactly; ``properties.models.build_pair(spec, draft)`` turns them into models.
+Where a choice is drawn with ``sampled_from``, the first option is the most informative one,
+because Hypothesis tries the simplest example (every first option) first.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from properties.cases import (P_KINDS, RELATIONS, BatchCase, EngineCase, PairSpec, RuleCase,
+                              TreeCase)
+from properties.models import DraftSpec, Qwen3Spec, TableSpec, draft_variants
+
+__all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
+           "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
+           "sampling_cases", "batch_cases", "tree_cases"]
+
+
+def seeds() -> st.SearchStrategy[int]:
+    """Seeds for the implementation's generator (and the kit's own draws)."""
+    return st.integers(min_value=0, max_value=2**32 - 1)
+
+
+# --------------------------------------------------------------------------- rule level
+
+def pair_specs(small_vocab=(2, 16), large_vocab=(500, 3000), large: bool = True
+               ) -> st.SearchStrategy[PairSpec]:
+    """(p, q) pair specs: random, sparse, one-hot, uniform, tiny masses; q independent, equal,
+    disjoint, overlapping, near or nested; small vocabularies and (if `large`) large ones."""
+    small = st.builds(PairSpec, vocab=st.integers(*small_vocab), seed=seeds(),
+                      p_kind=st.sampled_from(P_KINDS), q_kind=st.sampled_from(P_KINDS),
+                      relation=st.sampled_from(RELATIONS))
+    if not large:
+        return small
+    big = st.builds(PairSpec, vocab=st.integers(*large_vocab), seed=seeds(),
+                    p_kind=st.sampled_from(("flat", "dirichlet", "tiny", "peaked")),
+                    q_kind=st.sampled_from(("sparse", "peaked", "dirichlet")),
+                    relation=st.sampled_from(("independent", "nested", "overlap")))
+    return st.one_of(small, big)
+
+
+def distribution_pairs(**kw) -> st.SearchStrategy:
+    """(p, q) as float64 torch tensors (see pair_specs for the options)."""
+    return pair_specs(**kw).map(lambda spec: spec.build())
+
+
+def rule_cases(**kw) -> st.SearchStrategy[RuleCase]:
+    return st.builds(RuleCase, pair=pair_specs(**kw), seed=seeds())
+
+
+# --------------------------------------------------------------------------- models
+
+def table_specs(vocab=(2, 24), sparse: bool = True) -> st.SearchStrategy[TableSpec]:
+    return st.builds(TableSpec, vocab=st.integers(*vocab), seed=seeds(),
+                     scale=st.sampled_from((2.0, 1.0, 4.0, 0.5)),
+                     sparsity=st.sampled_from((0.0, 0.5)) if sparse else st.just(0.0))
+
+
+def qwen3_specs(vocab=(2, 24), layers=(1, 2)) -> st.SearchStrategy[Qwen3Spec]:
+    return st.builds(Qwen3Spec, vocab=st.integers(*vocab), seed=st.integers(0, 2**16),
+                     layers=st.sampled_from(layers))
+
+
+def target_specs(kind: str, **kw):
+    if kind == "qwen3":
+        return qwen3_specs(**kw)
+    if kind == "table":
+        return table_specs(**kw)
+    raise ValueError(f"unknown model kind {kind!r}")
+
+
+def draft_specs(target, variants=None) -> st.SearchStrategy[DraftSpec]:
+    """Drafts for `target`: every variant its kind supports (see DraftSpec), noisy first."""
+    allowed = draft_variants(target) if variants is None else [
+        v for v in variants if v in draft_variants(target)]
+    order = sorted(allowed, key=lambda v: ("noisy", "random", "perfect", "negated", "early_exit",
+                                           "rolled", "lagged").index(v))
+    return st.builds(DraftSpec, variant=st.sampled_from(order), seed=st.integers(0, 2**16))
+
+
+def prompts(vocab: int, max_len: int = 8) -> st.SearchStrategy[tuple]:
+    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_len).map(tuple)
+
+
+# --------------------------------------------------------------------------- engine level
+
+@st.composite
+def greedy_cases(draw, kind: str = "table", max_new=(0, 24), k=(1, 8), vocab=(2, 24),
+                 variants=None, stops: bool = True) -> EngineCase:
+    """Greedy runs: any draft, prompt lengths from 1, k 1..8, max_new_tokens from 0, and
+    sometimes stop ids (random ones, or one of the target's own tokens, see test_greedy)."""
+    target = draw(target_specs(kind, vocab=vocab))
+    draft = draw(draft_specs(target, variants))
+    prompt = draw(prompts(target.vocab))
+    stop_ids = ()
+    if stops:
+        stop_ids = tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=2, unique=True)))
+    return EngineCase(target=target, draft=draft, prompt=prompt,
+                      max_new_tokens=draw(st.integers(*max_new)), k=draw(st.integers(*k)),
+                      temperature=0.0, stop_ids=stop_ids, seed=draw(seeds()))
+
+
+TEMPERATURES = (0.7, 1.6, 0.5, 1.0, 1.3, 2.0)
+
+
+@st.composite
+def sampling_cases(draw, kind: str = "table", vocab=(3, 5), length=(2, 2), k=(1, 3),
+                   top_k: bool = False, top_p: bool = False, variants=None,
+                   stops: bool = False) -> EngineCase:
+    """Sampled runs whose first `length` tokens have a small enough outcome space for an exact
+    chi-square test: small vocabularies, temperatures other than 1 first, and top-k / top-p
+    when asked for (top_k below the vocabulary, top_p below 1)."""
+    target = draw(target_specs(kind, vocab=vocab))
+    draft = draw(draft_specs(target, variants))
+    L = draw(st.integers(*length))
+    if target.vocab ** L > 32:  # keep the outcome space small enough for an exact test
+        L = 2
+    case = EngineCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
+                      max_new_tokens=L, k=draw(st.integers(*k)),
+                      temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
+    if top_k:
+        case = case.replace(top_k=draw(st.integers(2, max(2, target.vocab - 1))))
+    if top_p:
+        case = case.replace(top_p=draw(st.sampled_from((0.6, 0.8, 0.9, 0.4))))
+    if stops:
+        case = case.replace(stop_ids=(draw(st.integers(0, target.vocab - 1)),))
+    return case
+
+
+@st.composite
+def batch_cases(draw, rows=(2, 4), vocab=(2, 24), max_new=(0, 16), k=(1, 6),
+                ragged_limits: bool = True) -> BatchCase:
+    """Ragged batches on qwen3 models: different prompt lengths, and (if ragged_limits)
+    different max_new_tokens per row."""
+    target = draw(qwen3_specs(vocab=vocab))
+    draft = draw(draft_specs(target))
+    n = draw(st.integers(*rows))
+    batch = tuple(draw(prompts(target.vocab)) for _ in range(n))
+    if ragged_limits and draw(st.booleans()):
+        limit = tuple(draw(st.integers(*max_new)) for _ in range(n))
+    else:
+        limit = draw(st.integers(*max_new))
+    stop_ids = tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1)))
+    return BatchCase(target=target, draft=draft, prompts=batch, max_new_tokens=limit,
+                     k=draw(st.integers(*k)), stop_ids=stop_ids, seed=draw(seeds()))
+
+
+@st.composite
+def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
+               shapes=((2, 2, 2), (1,), (3,), (2, 1), (1, 1, 1, 1), (3, 2), (2, 2, 1, 1))
+               ) -> TreeCase:
+    target = draw(qwen3_specs(vocab=vocab))
+    return TreeCase(target=target, draft=draw(draft_specs(target)),
+                    prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
+                    tree=draw(st.sampled_from(shapes)),
+                    stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1))))
