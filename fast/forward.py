@@ -29,14 +29,20 @@ from fast.rotary import apply_rotary, rotary_table
 from fast.weights import ModelWeights
 
 
+def _normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) over the last dimension, in x's dtype."""
+    if x.is_cuda:
+        return F.rms_norm(x, x.shape[-1:], None, eps)      # one fused kernel on a GPU
+    # On a CPU F.rms_norm is a composite of more kernels than this.
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True).add_(eps))
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """weight * x / rms(x) over the last dimension; weight broadcasts against x's tail."""
     if x.dtype in (torch.float32, torch.float64):
-        if weight.dim() == 1:
-            return F.rms_norm(x, weight.shape, weight, eps)
-        return F.rms_norm(x, x.shape[-1:], None, eps) * weight
+        return _normalize(x, eps) * weight
     # Low precision is normalized in float32 and rounded before the weight, as Qwen3 does.
-    return weight * F.rms_norm(x.float(), x.shape[-1:], None, eps).to(x.dtype)
+    return weight * _normalize(x.float(), eps).to(x.dtype)
 
 
 def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int) -> torch.Tensor:

@@ -1,8 +1,10 @@
-"""Ground truth for the fast engine's tests and benchmarks: the target decoding alone.
+"""Ground truth and set-up shared by the fast engine's tests and benchmarks.
 
 `target_greedy` runs the reference model's own forward and cache one token at a time, so it
 shares no code with the fast path it checks.
 """
+
+import contextlib
 
 import torch
 
@@ -27,22 +29,17 @@ def target_greedy(model, prompt, max_new_tokens: int, stop_ids=()) -> list[int]:
         logits = model(torch.tensor([[token]], device=device), cache)[0, -1]
 
 
+@contextlib.contextmanager
 def one_thread():
-    """Context for timing and tests of the tiny models: one intra-op thread.
+    """One intra-op thread while the tiny models run, restored afterwards.
 
-    The tiny preset's ops are microseconds long; on a small shared machine a second OpenMP
-    thread only adds contention (measured: 10x and more slower under load), for the fast path
-    and the reference alike.
+    The tiny preset's ops last microseconds; on a small shared machine a second OpenMP thread
+    only adds contention (measured: 10x slower and worse under load), for the fast path and the
+    reference alike.
     """
-    import contextlib
-
-    @contextlib.contextmanager
-    def scope():
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-
-    return scope()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

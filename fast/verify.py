@@ -23,7 +23,7 @@ from fast.sampling import draw
 
 def first_rejection(accept: torch.Tensor) -> torch.Tensor:
     """accept [B, k] bool -> number of leading Trues per row [B] (the accepted count)."""
-    return accept.cumprod(dim=1).sum(dim=1)                              # bool cumprod -> int64
+    return accept.to(torch.long).cumprod(dim=1).sum(dim=1)               # 1 until the first 0
 
 
 def greedy_verify(target_logits: torch.Tensor, proposals: torch.Tensor):
