@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from properties import profiles, statistics
+from properties.harness import require
 from properties.impl import ImplError, load
 
 FAMILIES = ("rule", "greedy", "sequence", "cache", "perfect_draft", "bounds", "batched")
@@ -69,7 +70,10 @@ def pytest_configure(config):
     config._kit_outcomes = {}          # nodeid -> (family, outcome, reason)
     config._kit_stat_checks = 0
     config.pluginmanager.register(_Recorder(config), "conformance-kit-recorder")
-    config.addinivalue_line("markers", "kit_family(name): the conformance family of a test")
+    config.addinivalue_line(
+        "markers", "kit(level, kind=None, keywords=()): what a kit property needs from the "
+        "implementation (kind='param' reads the test's `kind` parameter); checked before the "
+        "test runs, so a property that does not apply is skipped without drawing examples")
 
 
 def _family(nodeid: str) -> str | None:
@@ -106,6 +110,19 @@ def pytest_report_header(config):
     return [f"conformance kit: {line}" for line in impl.header().splitlines()] + [
         f"conformance kit: hypothesis profile {profiles.current()}; each statistical check at "
         f"alpha={statistics.ALPHA:.0e}, power {statistics.POWER} at its stated deviation"]
+
+
+def pytest_runtest_setup(item):
+    impl = getattr(item.config, "_kit_impl", None)
+    if impl is None:
+        return
+    for mark in item.iter_markers("kit"):
+        kind = mark.kwargs.get("kind")
+        if kind == "param":
+            kind = item.callspec.params["kind"]
+        require(impl, mark.args[0], kind=kind)
+        for keyword in mark.kwargs.get("keywords", ()):
+            require(impl, mark.args[0], keyword=keyword)
 
 
 def _matches(test_id: str, nodeid: str) -> bool:

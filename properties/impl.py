@@ -31,7 +31,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ALIASES = {"reference": "reference.speculative", "fast": "fast"}
@@ -66,15 +66,17 @@ LEVELS: dict[str, tuple[Signature, ...]] = {
 }
 
 
-@dataclass
 class Impl:
-    spec: str                               # what --impl said
-    description: str                        # where it came from
-    functions: dict[str, object] = field(default_factory=dict)
-    keywords: dict[str, frozenset] = field(default_factory=dict)  # function -> extra kws it names
-    levels: tuple[str, ...] = ()
-    missing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # level -> missing names
-    model_kinds: frozenset = MODEL_KINDS
+    """The implementation under test: its functions by name, grouped in levels."""
+
+    def __init__(self, spec: str, description: str):
+        self.spec = spec                    # what --impl said
+        self.description = description      # where it came from
+        self.functions: dict[str, object] = {}
+        self.keywords: dict[str, frozenset] = {}   # function -> the extra keywords it names
+        self.levels: tuple[str, ...] = ()
+        self.missing: dict[str, tuple[str, ...]] = {}  # level -> missing function names
+        self.model_kinds: frozenset = MODEL_KINDS
 
     def __repr__(self):
         return f"Impl({self.spec!r})"

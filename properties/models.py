@@ -27,7 +27,6 @@ import copy
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import ClassVar
 
 import numpy as np
 import torch
@@ -250,7 +249,10 @@ class TableSpec:
     seed: int
     scale: float = 2.0
     sparsity: float = 0.0
-    kind: ClassVar[str] = "table"
+
+    @property
+    def kind(self) -> str:
+        return "table"
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,10 @@ class Qwen3Spec:
     seed: int
     layers: int = 1
     hidden: int = 16
-    kind: ClassVar[str] = "qwen3"
+
+    @property
+    def kind(self) -> str:
+        return "qwen3"
 
 
 @dataclass(frozen=True)
@@ -280,8 +285,9 @@ class DraftSpec:
     variant: str = "random"
     seed: int = 0
 
-    QWEN3: ClassVar[tuple] = ("random", "early_exit", "perfect", "negated", "rolled", "noisy")
-    TABLE: ClassVar[tuple] = ("random", "perfect", "negated", "noisy", "lagged")
+
+QWEN3_DRAFTS = ("random", "early_exit", "perfect", "negated", "rolled", "noisy")
+TABLE_DRAFTS = ("random", "perfect", "negated", "noisy", "lagged")
 
 
 def qwen3_config(spec: Qwen3Spec) -> Config:
@@ -320,7 +326,7 @@ def qwen3_draft_module(spec: Qwen3Spec, draft: DraftSpec):
             for p in module.parameters():
                 p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.05)
         else:
-            raise ValueError(f"unknown qwen3 draft variant {v!r}; choose from {DraftSpec.QWEN3}")
+            raise ValueError(f"unknown qwen3 draft variant {v!r}; choose from {QWEN3_DRAFTS}")
     return module.eval().requires_grad_(False)
 
 
@@ -344,7 +350,7 @@ def table_draft_lm(spec: TableSpec, draft: DraftSpec):
         return NoisyLM(base, draft.seed)
     if v == "lagged":
         return LaggedLM(base)
-    raise ValueError(f"unknown table draft variant {v!r}; choose from {DraftSpec.TABLE}")
+    raise ValueError(f"unknown table draft variant {v!r}; choose from {TABLE_DRAFTS}")
 
 
 # --------------------------------------------------------------------------- kit models
@@ -523,5 +529,5 @@ def build_pair(spec, draft: DraftSpec, trace: Trace | None = None) -> tuple[KitM
 
 def draft_variants(spec) -> tuple[str, ...]:
     if spec.kind == "qwen3":
-        return tuple(v for v in DraftSpec.QWEN3 if v != "early_exit" or spec.layers >= 2)
-    return DraftSpec.TABLE
+        return tuple(v for v in QWEN3_DRAFTS if v != "early_exit" or spec.layers >= 2)
+    return TABLE_DRAFTS

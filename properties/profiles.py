@@ -67,8 +67,18 @@ def deterministic(scale: float = 1.0) -> settings:
     return settings(max_examples=n)
 
 
-def statistical(scale: float = 1.0) -> settings:
-    """Settings for a statistical property: few examples and no shrinking (each example is a
-    full chi-square check; a shrink step would cost as much as an example)."""
+def statistical(checks: int, scale: float = 1.0):
+    """Decorator for a statistical property that makes `checks` chi-square checks per example:
+    few examples and no shrinking (each example is thousands of samples; a shrink step would
+    cost as much as an example). The count is recorded on the test for the alpha budget
+    (tests/test_statistics.py adds them up for every profile)."""
     n = max(1, round(STATISTICAL_EXAMPLES[current()] * scale))
-    return settings(max_examples=n, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+    applied = settings(max_examples=n, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+    def decorate(test):
+        test = applied(test)
+        test.kit_checks_per_example = checks
+        test.kit_examples_scale = scale
+        return test
+
+    return decorate

@@ -102,6 +102,7 @@ def check_stats(impl, case, run, prop):
              + (f" .. {high}/{proposed}" if high != low else ""))
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic()
 @given(data=st.data())
@@ -113,6 +114,7 @@ def test_length_stops_and_stats(impl, kind, data):
     check_bounds(impl, case.replace(temperature=temperature))
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic(0.4)
 @given(data=st.data())

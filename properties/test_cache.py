@@ -63,6 +63,7 @@ def check_cache_invariant(impl, case: EngineCase, check_logits: bool = True):
              logit_problems[0])
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic()
 @given(data=st.data())

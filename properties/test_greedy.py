@@ -62,6 +62,7 @@ def check_equivalence(impl, case: EngineCase):
          f"{expected}\n{detail}")
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic()
 @given(data=st.data())
@@ -78,6 +79,7 @@ def check_stop_offsets(impl, case: EngineCase):
         check_equivalence(impl, case.replace(stop_ids=(token,)))
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic(0.4)
 @given(data=st.data())

@@ -64,6 +64,7 @@ def check_perfect_draft(impl, case: EngineCase):
         fail(impl, prop, CHECK, case, f"acceptance_rate = {rate}, expected 1.0{per_round}")
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic(0.6)
 @given(data=st.data())

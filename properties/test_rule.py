@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import pytest
 from hypothesis import example, given
 
 from properties import profiles
@@ -147,7 +148,8 @@ def check_rule(impl, case: RuleCase):
              f"{np.array2string(qn[:12], precision=4)}{' ...' if len(qn) > 12 else ''})")
 
 
-@profiles.statistical()
+@pytest.mark.kit("rule")
+@profiles.statistical(checks=3)
 @given(case=rule_cases())
 @example(case=RuleCase(PairSpec(6, seed=1, p_kind="dirichlet", q_kind="peaked"), seed=11))
 @example(case=RuleCase(PairSpec(4, seed=0, p_kind="uniform", q_kind="peaked", relation="nested"),
@@ -159,6 +161,7 @@ def test_committed_token_is_distributed_as_p(impl, case):
     check_rule(impl, case)
 
 
+@pytest.mark.kit("rule")
 @profiles.deterministic(0.4)
 @given(case=rule_cases(large=False))
 def test_never_commits_outside_support(impl, case):
@@ -189,3 +192,6 @@ def test_chapter_worked_example(impl):
     """The chapter's example p = [0.6, 0.3, 0.1], q = [0.2, 0.3, 0.5], checked like any pair."""
     require(impl, "rule")
     check_rule(impl, RuleCase(PairSpec(3, seed=0, relation="chapter"), seed=2023))
+
+
+test_chapter_worked_example.kit_fixed_checks = 3  # for the alpha budget (tests/test_statistics.py)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import example, given
 
 from properties import oracle, profiles
@@ -78,7 +79,8 @@ Q_FILTERS = EngineCase(Qwen3Spec(5, seed=2, layers=1), DraftSpec("noisy", 2), (1
                        temperature=1.3, seed=10, top_k=3, top_p=0.8)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="table")
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("table", length=(2, 3)))
 @example(case=T_CLOSE)
 @example(case=T_FAR)
@@ -87,7 +89,8 @@ def test_sampling_table(impl, case):
     check_sequence(impl, case)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="table", keywords=("top_k",))
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("table", top_k=True))
 @example(case=T_TOP_K)
 def test_top_k_table(impl, case):
@@ -95,7 +98,8 @@ def test_top_k_table(impl, case):
     check_sequence(impl, case)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="table", keywords=("top_p",))
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("table", top_p=True))
 @example(case=T_TOP_P)
 def test_top_p_table(impl, case):
@@ -103,7 +107,8 @@ def test_top_p_table(impl, case):
     check_sequence(impl, case)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="table")
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("table", stops=True, length=(2, 3)))
 def test_sampling_with_stop_table(impl, case):
     """A stop id ends some outputs early: the law of the (variable-length) outputs."""
@@ -111,7 +116,8 @@ def test_sampling_with_stop_table(impl, case):
     check_sequence(impl, case)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="qwen3")
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("qwen3", vocab=(3, 4), k=(1, 3)))
 @example(case=Q_PLAIN)
 def test_sampling_qwen3(impl, case):
@@ -119,7 +125,8 @@ def test_sampling_qwen3(impl, case):
     check_sequence(impl, case)
 
 
-@profiles.statistical()
+@pytest.mark.kit("engine", kind="qwen3", keywords=("top_k", "top_p"))
+@profiles.statistical(checks=1)
 @given(case=sampling_cases("qwen3", vocab=(4, 5), top_k=True, top_p=True))
 @example(case=Q_FILTERS)
 def test_filters_qwen3(impl, case):
