@@ -30,7 +30,8 @@ from properties import oracle, profiles
 from properties.cases import BatchCase, EngineCase, TreeCase
 from properties.harness import (fail, first_difference, normalize_tokens, require, run_engine,
                                 seed_everything)
-from properties.models import DraftSpec, Qwen3KitModel, Qwen3Spec, build_pair, qwen3_draft_module, qwen3_module
+from properties.models import (DraftSpec, Qwen3KitModel, Qwen3Spec, build_pair, qwen3_draft_module,
+                               qwen3_module)
 from properties.statistics import DELTA_BATCHED, chi_square_gof, plan
 from properties.strategies import batch_cases, tree_cases
 
@@ -200,8 +201,7 @@ def test_graph_replay_equals_eager(impl):
     spec = Qwen3Spec(32, seed=4, layers=2)
     for variant in ("noisy", "random"):
         t_mod = copy.deepcopy(qwen3_module(spec)).to("cuda")
-        d_mod = copy.deepcopy(qwen3_draft_module(spec, DraftSpec(variant, 2))).to("cuda") \
-            if variant != "perfect" else t_mod
+        d_mod = copy.deepcopy(qwen3_draft_module(spec, DraftSpec(variant, 2))).to("cuda")
         prompts = [[1, 2, 3], [4], [5, 6, 7, 8, 9]]
         results = {}
         for graphs in (False, True):
