@@ -130,9 +130,13 @@ def target_greedy_generate(target, prompt_ids, max_new_tokens, stop_ids=()):
 
 
 def _stats(tokens, rounds):
+    # transformers proposes nothing when only one token is left to generate (the last token
+    # comes from the target for free); with no proposal there was no rejection, so such a run
+    # reports an acceptance rate of 1, as a chain engine that wasted k proposals would.
     proposed = sum(p for p, _ in rounds)
     accepted = sum(a for _, a in rounds)
-    return {"rounds": len(rounds), "acceptance_rate": accepted / proposed if proposed else 0.0,
+    return {"rounds": len(rounds),
+            "acceptance_rate": accepted / proposed if proposed else float(bool(rounds)),
             "tokens_per_target_call": len(tokens) / len(rounds) if rounds else 0.0}
 
 

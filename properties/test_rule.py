@@ -161,31 +161,38 @@ def test_committed_token_is_distributed_as_p(impl, case):
     check_rule(impl, case)
 
 
-@pytest.mark.kit("rule")
-@profiles.deterministic(0.4)
-@given(case=rule_cases(large=False))
-def test_never_commits_outside_support(impl, case):
-    """Cheap and deterministic: 50 calls per pair; a token with p = 0 is never committed, an
-    accepted proposal is committed as itself, the inputs are not modified."""
-    require(impl, "rule")
+def check_support(impl, case: RuleCase, calls: int = 50):
+    """Deterministic: a token with p = 0 is never committed, an accepted proposal is committed as
+    itself, and the inputs are not modified (`calls` calls with proposals drawn from q)."""
     p, q = case.pair.build()
     fn = impl.functions["accept_or_correct"]
     generator = seed_everything(case.seed)
-    xs = np.random.default_rng([case.seed, 2]).choice(len(q), size=50, p=q.numpy())
+    xs = np.random.default_rng([case.seed, 2]).choice(len(q), size=calls, p=q.numpy())
     p_in, q_in = p.clone(), q.clone()
     for x in xs.tolist():
         y, accepted = fn(p_in, q_in, x, generator=generator)
         y, accepted = int(y), bool(accepted)
         if not 0 <= y < len(p) or p[y] == 0:
-            fail(impl, "rule: support", "properties.test_rule:check_rule", case,
+            fail(impl, "rule: support", SUPPORT, case,
                  f"accept_or_correct(p, q, token={x}) committed token {y}, which has probability "
                  f"{float(p[y]) if 0 <= y < len(p) else 'undefined'} under p")
         if accepted and y != x:
-            fail(impl, "rule: support", "properties.test_rule:check_rule", case,
+            fail(impl, "rule: support", SUPPORT, case,
                  f"accept_or_correct(p, q, token={x}) returned ({y}, True)")
     if not (torch.equal(p_in, p) and torch.equal(q_in, q)):
-        fail(impl, "rule: support", "properties.test_rule:check_rule", case,
+        fail(impl, "rule: support", SUPPORT, case,
              "accept_or_correct modified its input p or q in place")
+
+
+SUPPORT = "properties.test_rule:check_support"
+
+
+@pytest.mark.kit("rule")
+@profiles.deterministic(0.4)
+@given(case=rule_cases(large=False))
+def test_never_commits_outside_support(impl, case):
+    """Cheap and deterministic, many pairs: see check_support."""
+    check_support(impl, case)
 
 
 def test_chapter_worked_example(impl):
