@@ -31,6 +31,14 @@ OUTCOMES = ("passed", "failed", "not_applicable", "xfailed", "xpassed")
 _RANK = {"passed": 0, "not_applicable": 1, "xfailed": 2, "xpassed": 3, "failed": 4}
 
 
+STATED_POWER = {
+    "rule": f"TV >= {statistics.DELTA_RULE} in the committed token's law",
+    "sequence": f"TV >= {statistics.DELTA_SEQUENCE} (table models) / "
+                f"{statistics.DELTA_SEQUENCE_QWEN3} (qwen3) in the joint law of the outputs",
+    "batched": f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows",
+}
+
+
 class KitWarning(UserWarning):
     """Something about the kit's configuration deserves attention (e.g. a stale xfail id)."""
 
@@ -255,6 +263,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         known = entry["xfailed"] + entry["xpassed"]
         tr.write_line(f"{family:<14}{entry['passed']:>8}{entry['failed']:>8}"
                       f"{entry['not_applicable']:>6}{known:>7}   {notes}", red=bool(entry["failed"]))
+    ran = {f for f, e in data["families"].items() if e["passed"] or e["failed"]}
+    guarantees = [(f, text) for f, text in STATED_POWER.items() if f in ran]
+    if guarantees:
+        tr.write_line("each statistical check detects, with power >= "
+                      f"{statistics.POWER}: " + "; ".join(f"{f}: {t}" for f, t in guarantees))
     tr.write_line(f"statistical checks: {data['statistical_checks']} at alpha "
                   f"{data['alpha_per_check']:.0e} each: a correct implementation fails this run "
                   f"with probability <= {data['familywise_false_alarm_bound']:.1e}")

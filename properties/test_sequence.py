@@ -23,11 +23,10 @@ from properties import oracle, profiles
 from properties.cases import EngineCase
 from properties.harness import (engine_kwargs, fail, normalize_tokens, require, seed_everything)
 from properties.models import DraftSpec, Qwen3Spec, TableSpec, build_pair
-from properties.statistics import DELTA_SEQUENCE, chi_square_gof, plan
+from properties.statistics import DELTA_SEQUENCE, DELTA_SEQUENCE_QWEN3, chi_square_gof, plan
 from properties.strategies import sampling_cases
 
 CHECK = "properties.test_sequence:check_sequence"
-DELTA_SEQUENCE_QWEN3 = 0.15
 MAX_OUTCOMES = 64
 
 
