@@ -95,10 +95,11 @@ def _family(nodeid: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _one_torch_thread():
     """The kit's models are tiny: one intra-op thread is fastest, and on a shared machine
-    several threads per tiny op cost far more in synchronization than they save."""
+    several threads per tiny op cost far more in synchronization than they save. Per module,
+    so that tests outside the kit run in the same session keep their thread count."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
