@@ -14,8 +14,9 @@ accepted and proposed counts are transformers' own. Its first round scores the p
 first proposals in one call: there is no separate prefill round.
 """
 
+import hashlib
 import tempfile
-import weakref
+from collections import OrderedDict
 
 import torch
 
@@ -29,7 +30,10 @@ KIT_MODEL_KINDS = {"qwen3"}
 KIT_LOGIT_TOLERANCE = 1e-4
 DTYPE = torch.float32
 
-_loaded = weakref.WeakKeyDictionary()  # kit model -> {role: HF model}
+# The kit builds fresh models for every example, from a few seeded specs: HF models are kept
+# by the content of their weights, so each distinct model is written and loaded once.
+_loaded: "OrderedDict[tuple, object]" = OrderedDict()
+_LOADED_MAX = 64
 
 
 def _transformers():
@@ -57,15 +61,27 @@ def _qwen3(model) -> Qwen3:
     return model
 
 
+def _fingerprint(model: Qwen3) -> tuple:
+    digest = hashlib.sha1()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return (digest.hexdigest(),)
+
+
 def hf_model(model, role="target"):
-    """Load (once per kit model and role) the HF Qwen3ForCausalLM with the same weights."""
-    per_model = _loaded.setdefault(model, {})
-    if role not in per_model:
+    """The HF Qwen3ForCausalLM with the same weights (one instance per role: the assistant
+    must not share the target's object)."""
+    qwen3 = _qwen3(model)
+    key = _fingerprint(qwen3) + (role,)
+    if key not in _loaded:
         with tempfile.TemporaryDirectory() as path:
-            save_pretrained(_qwen3(model), path)
-            hf = _transformers().Qwen3ForCausalLM.from_pretrained(path, dtype=DTYPE)
-        per_model[role] = hf.eval()
-    return per_model[role]
+            save_pretrained(qwen3, path)
+            _loaded[key] = _transformers().Qwen3ForCausalLM.from_pretrained(path, dtype=DTYPE).eval()
+        if len(_loaded) > _LOADED_MAX:
+            _loaded.popitem(last=False)
+    _loaded.move_to_end(key)
+    return _loaded[key]
 
 
 def _seed(generator):
@@ -95,8 +111,11 @@ def _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids, generat
     if max_new_tokens == 0:
         return [], []
     sampling = temperature > 0
+    # pad_token_id must be an id no token has: transformers drops the caller's all-ones
+    # attention mask before it reaches the assistant, whose generate then infers a mask from
+    # pad_token_id and hides every prompt token equal to it (see CONFORMANCE.md, findings).
     settings = dict(max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=sampling,
-                    eos_token_id=list(stop_ids) or None, pad_token_id=0,
+                    eos_token_id=list(stop_ids) or None, pad_token_id=hf_target.config.vocab_size,
                     # transformers defaults top_k to 50: 0 is the explicit "off".
                     top_k=top_k, top_p=top_p, **({"temperature": temperature} if sampling else {}))
     rounds = []
