@@ -56,3 +56,69 @@ def test_the_rule_adapter_replays_and_accepts_with_probability_p_over_q():
                        for s in range(50)]
     # Every rejection of token 2 lands on token 0, the residual's only mass.
     assert all(token == (2 if ok else 0) for token, ok in results)
+
+
+# --- Findings: what the kit found in transformers, pinned so that a fix upstream is noticed -----
+# Each test reproduces a defect of the installed transformers through its public generate();
+# if one starts failing, transformers changed: update CONFORMANCE.md ("Results for
+# transformers") and properties/known/transformers.txt.
+
+FIXED_UPSTREAM = "transformers no longer shows this: update CONFORMANCE.md and properties/known/transformers.txt"
+
+
+def _perfect_pair(target):
+    hf_target = hf_engine.hf_model(target)
+    hf_draft = hf_engine.hf_model(target, role="draft")
+    config = hf_draft.generation_config
+    config.num_assistant_tokens, config.num_assistant_tokens_schedule = 1, "constant"
+    config.assistant_confidence_threshold = 0.0
+    return hf_target, hf_draft
+
+
+def test_finding_the_assistant_drafts_at_the_temperature_applied_twice(target, monkeypatch):
+    """With do_sample=True the assistant's scores are the logits divided by T twice (it is
+    handed the target's processors and builds its own from the same config). Exactness holds,
+    since the draft samples from the q it reports, but a perfect draft is rejected."""
+    from transformers.generation import utils
+
+    seen = []
+    original = utils._speculative_sampling
+
+    def spy(candidate_ids, candidate_logits, candidate_length, new_logits, **kwargs):
+        seen.append((candidate_logits[0, 0].double(), new_logits[0, 0].double()))
+        return original(candidate_ids, candidate_logits, candidate_length, new_logits, **kwargs)
+
+    monkeypatch.setattr(utils, "_speculative_sampling", spy)
+    temperature = 0.5
+    hf_target, hf_draft = _perfect_pair(target)
+    ids = torch.tensor([PROMPT])
+    torch.manual_seed(0)
+    hf_target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=hf_draft,
+                       do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                       max_new_tokens=2, pad_token_id=256)
+    q_logits, p_logits = seen[0]  # the draft's and the target's view of the same position
+    centred = lambda x: x - x.mean()
+    ratio = (centred(q_logits) @ centred(p_logits)) / (centred(p_logits) @ centred(p_logits))
+    assert abs(ratio - 1 / temperature) < 1e-3, FIXED_UPSTREAM  # 1 would be correct
+
+
+def test_finding_a_prompt_token_equal_to_pad_token_id_is_hidden_from_the_assistant(target):
+    """The caller's all-ones attention mask does not reach the assistant, whose generate infers
+    one from pad_token_id: prompt tokens equal to it are masked, so a perfect draft (greedy,
+    where the temperature finding plays no part) proposes tokens the target rejects."""
+    hf_target, hf_draft = _perfect_pair(target)
+    hf_draft.generation_config.num_assistant_tokens = 4
+    prompt = torch.tensor([[9, 9, 2, 9]])  # leading tokens equal to the pad id look like padding
+
+    def rejections(pad_token_id):
+        rounds = []
+        hf_engine._record_rounds(hf_target, rounds)
+        try:
+            hf_target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=hf_draft,
+                               do_sample=False, max_new_tokens=16, pad_token_id=pad_token_id)
+        finally:
+            del hf_target._get_candidate_generator
+        return sum(proposed - accepted for proposed, accepted in rounds)
+
+    assert rejections(pad_token_id=256) == 0           # no token has id 256: nothing masked
+    assert rejections(pad_token_id=9) > 0, FIXED_UPSTREAM
