@@ -61,6 +61,10 @@ def fail(impl: Impl, prop: str, check: str, case, message: str):
 def require(impl: Impl, level: str, kind: str | None = None, keyword: str | None = None):
     """Skip (not applicable) unless the implementation has the level, model kind and keyword."""
     from properties.impl import LEVELS
+    family = _current_test().split("::", 1)[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
+    if family in impl.not_applicable:
+        pytest.skip(f"not applicable: --impl={impl.spec}: {impl.not_applicable[family]} "
+                    f"(KIT_NOT_APPLICABLE)")
     if not impl.has(level):
         names = ", ".join(impl.missing.get(level, [s.function for s in LEVELS[level]]))
         pytest.skip(f"not applicable: --impl={impl.spec} has no {names} (level {level!r})")

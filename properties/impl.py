@@ -34,7 +34,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ALIASES = {"reference": "reference.speculative", "fast": "fast"}
+ALIASES = {"reference": "reference.speculative", "fast": "fast",
+           # Hugging Face transformers' assisted generation and prompt lookup (properties/hf_engine.py)
+           "transformers": "properties.hf_engine",
+           "transformers-lookup": "properties.hf_engine:PromptLookup"}
 MODEL_KINDS = frozenset({"qwen3", "table"})
 
 
@@ -77,6 +80,14 @@ class Impl:
         self.levels: tuple[str, ...] = ()
         self.missing: dict[str, tuple[str, ...]] = {}  # level -> missing function names
         self.model_kinds: frozenset = MODEL_KINDS
+        # Greedy divergences where the float64 target's top-two logit gap is below this are
+        # ties (KIT_LOGIT_TOLERANCE: an engine computing its own logits in lower precision).
+        self.logit_tolerance: float | None = None
+        # family -> why it does not apply (KIT_NOT_APPLICABLE), e.g. a draft the engine ignores
+        self.not_applicable: dict[str, str] = {}
+        # the engine's own non-speculative greedy decoding, when it has one
+        # (target_greedy_generate(target, prompt_ids, max_new_tokens, stop_ids=()) -> tokens)
+        self.own_greedy = None
 
     def __repr__(self):
         return f"Impl({self.spec!r})"
@@ -207,7 +218,7 @@ def load(spec: str) -> Impl:
     """Resolve --impl=spec into an Impl, or raise ImplError with one clear message."""
     if not spec:
         raise ImplError("--impl is empty: give reference, fast, a module name or a .py path")
-    module_spec, attr = _split_attr(spec)
+    module_spec, attr = _split_attr(ALIASES.get(spec, spec))
     try:
         module, description = _import(module_spec)
     except ImplError:
@@ -255,6 +266,14 @@ def load(spec: str) -> Impl:
             raise ImplError(f"--impl={spec}: KIT_MODEL_KINDS must be a non-empty subset of "
                             f"{sorted(MODEL_KINDS)}, got {sorted(kinds)}")
         impl.model_kinds = kinds
+    tolerance = getattr(source, "KIT_LOGIT_TOLERANCE", None)
+    if tolerance is not None:
+        if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+            raise ImplError(f"--impl={spec}: KIT_LOGIT_TOLERANCE must be a number in [0, 1), "
+                            f"got {tolerance!r}")
+        impl.logit_tolerance = float(tolerance)
+    impl.not_applicable = dict(getattr(source, "KIT_NOT_APPLICABLE", {}))
+    impl.own_greedy = getattr(source, "target_greedy_generate", None)
     impl.levels = tuple(levels)
     impl.missing = missing
     return impl
