@@ -363,7 +363,6 @@ class KitModel:
     def __init__(self, role: str, trace: Trace | None, name: str):
         self.role, self.name = role, name
         self.trace = trace if trace is not None else Trace()
-        self._dummy = None
 
     def __repr__(self):
         return f"<kit {self.kind} model {self.name} ({self.role})>"
