@@ -107,6 +107,7 @@ def _fail_against_target(impl, case, run, got, expected, gaps, i):
          f"{expected}\n{detail}")
 
 
+@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic()
 @given(data=st.data())
