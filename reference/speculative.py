@@ -13,6 +13,7 @@ import torch
 
 from reference.sampling import (check_distribution, check_sampling_args, greedy_token,
                                 probs_from_logits)
+from reference.tree import CHAPTER_TREE, tree_generate
 
 
 # --- the acceptance rule -----------------------------------------------------------------
@@ -245,7 +246,6 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
             raise ValueError("tree=True is greedy tree verification with a model draft: it needs "
                              f"temperature=0, adaptive=False and a model draft, got temperature="
                              f"{temperature}, adaptive={adaptive}, draft={type(draft).__name__}")
-        from reference.tree import CHAPTER_TREE, tree_generate
         branching = CHAPTER_TREE if tree is True else tuple(tree)
         return tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop, branching)
     device = _device(target)
