@@ -42,6 +42,7 @@ def _transformers():
     except ImportError as error:
         raise ImportError("--impl=transformers needs transformers: pip install '.[hf]'") from error
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # one bar per load would bury the kit's output
     return transformers
 
 

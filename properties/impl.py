@@ -268,9 +268,9 @@ def load(spec: str) -> Impl:
         impl.model_kinds = kinds
     tolerance = getattr(source, "KIT_LOGIT_TOLERANCE", None)
     if tolerance is not None:
-        if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
-            raise ImplError(f"--impl={spec}: KIT_LOGIT_TOLERANCE must be a number in [0, 1), "
-                            f"got {tolerance!r}")
+        if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < float("inf"):
+            raise ImplError(f"--impl={spec}: KIT_LOGIT_TOLERANCE must be a finite logit gap "
+                            f">= 0, got {tolerance!r}")
         impl.logit_tolerance = float(tolerance)
     impl.not_applicable = dict(getattr(source, "KIT_NOT_APPLICABLE", {}))
     impl.own_greedy = getattr(source, "target_greedy_generate", None)
