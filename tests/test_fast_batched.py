@@ -6,14 +6,8 @@ import pytest
 import torch
 
 import fast
-from fast.testing import one_thread, target_greedy
+from fast.testing import target_greedy
 from reference.model import EarlyExit, random_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,8 @@ import torch
 
 from fast.cache import StaticCache
 from fast.forward import forward, window_mask
-from fast.testing import one_thread
 from fast.weights import model_weights
 from reference.model import random_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
 
 
 def make_cache(batch=3, capacity=12, layers=2):

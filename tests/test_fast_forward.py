@@ -5,16 +5,9 @@ import torch
 
 from fast.cache import StaticCache
 from fast.forward import forward, window_mask
-from fast.testing import one_thread
 from fast.tree import TreeShape
 from fast.weights import model_weights
 from reference.model import EarlyExit, random_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,9 @@ from scipy import stats as scipy_stats
 
 import fast
 from fast.sampling import draw, filtered_probs
-from fast.testing import one_thread
 from fast.verify import rejection_sample
 from reference.model import EarlyExit, random_model
 from reference.sampling import probs_from_logits
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
 
 
 def chi_square_p(counts, expected_probs, n):

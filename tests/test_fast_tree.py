@@ -5,15 +5,9 @@ import torch
 
 import fast
 from fast.engine import FastEngine
-from fast.testing import one_thread, target_greedy
+from fast.testing import target_greedy
 from fast.tree import TreeShape, generate_tree
 from reference.model import EarlyExit, random_model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """Distribution processing: temperature, top-k and top-p with ties kept, exact greedy."""
 
-import pytest
 import torch
 
 from reference.sampling import greedy_token, probs_from_logits
