@@ -83,9 +83,9 @@ def test_stop_id_inside_an_accepted_block_ends_the_output(target, drafts, greedy
     assert tokens == greedy_reference[: first + 1]
 
 
-def test_sampling_matches_target_sampling_with_a_perfect_draft_and_the_same_seed(target):
-    """Not a distribution test (the kit does those): a perfect draft accepts everything, so the
-    sampled stream must at least be valid and reproducible from the seed."""
+def test_sampling_with_a_perfect_draft_accepts_everything_and_replays_from_the_seed(target):
+    """Not a distribution test (the kit does those): with q == p (same processing of the same
+    logits) every proposal is accepted, and the same seed gives the same stream."""
     runs = [speculative_generate(target, target, PROMPT, 16, k=3, temperature=0.7,
                                  generator=torch.Generator().manual_seed(4), top_k=20, top_p=0.9)
             for _ in range(2)]
