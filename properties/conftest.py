@@ -82,6 +82,12 @@ def pytest_configure(config):
         "markers", "kit(level, kind=None, keywords=()): what a kit property needs from the "
         "implementation (kind='param' reads the test's `kind` parameter); checked before the "
         "test runs, so a property that does not apply is skipped without drawing examples")
+    config.addinivalue_line(
+        "markers", "family(name): the kit family of a test module (properties/families.py), "
+        "declared once as the module's pytestmark")
+    config.addinivalue_line(
+        "markers", "needs(kind=None, keywords=()): what a kit test needs beyond its family's "
+        "level: a kit model kind and keywords of the level's function")
 
 
 def _family(nodeid: str) -> str | None:

@@ -17,8 +17,9 @@ The functions are grouped in levels; an implementation may expose any of them:
              (keywords top_k= and top_p= are exercised when the function names them)
     batched  batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.0,
                               stop_ids=(), generator=None, *, top_k=0, top_p=1.0)
-             tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2),
+    tree     tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2),
                            stop_ids=())
+             (keywords temperature=, generator=, top_k=, top_p= are exercised when named)
 
 An optional attribute ``KIT_MODEL_KINDS`` (a subset of {"qwen3", "table"}) says which of the
 kit's models the implementation can run; by default both.
@@ -63,9 +64,10 @@ LEVELS: dict[str, tuple[Signature, ...]] = {
                          ("k", "temperature", "stop_ids", "generator"), ("top_k", "top_p")),),
     "batched": (Signature("batched_generate", ("target", "draft", "prompts", "max_new_tokens"),
                           ("k", "temperature", "stop_ids", "generator"),
-                          ("top_k", "top_p", "cuda_graphs")),
-                Signature("tree_generate", ("target", "draft", "prompt_ids", "max_new_tokens"),
-                          ("tree", "stop_ids"), ("cuda_graphs",))),
+                          ("top_k", "top_p", "cuda_graphs")),),
+    "tree": (Signature("tree_generate", ("target", "draft", "prompt_ids", "max_new_tokens"),
+                       ("tree", "stop_ids"),
+                       ("temperature", "generator", "top_k", "top_p", "cuda_graphs")),),
 }
 
 

@@ -13,7 +13,8 @@ import torch
 
 from reference.sampling import (check_distribution, check_sampling_args, greedy_token,
                                 probs_from_logits)
-from reference.tree import CHAPTER_TREE, tree_generate
+from reference.tree import CHAPTER_TREE
+from reference.tree import tree_generate as _tree_generate
 
 
 # --- the acceptance rule -----------------------------------------------------------------
@@ -247,7 +248,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
                              f"temperature=0, adaptive=False and a model draft, got temperature="
                              f"{temperature}, adaptive={adaptive}, draft={type(draft).__name__}")
         branching = CHAPTER_TREE if tree is True else tuple(tree)
-        return tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop, branching)
+        return _tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop, branching)
     device = _device(target)
     ids = ids.to(device)
     chooser = _AdaptiveK(k, draft_cost) if adaptive else None

@@ -1,0 +1,64 @@
+"""The kit's property families: the one place where a family is declared.
+
+A family is a group of properties with one verdict line in the conformance summary. Each test
+module of the kit belongs to exactly one family and says so once, at module level:
+
+    pytestmark = pytest.mark.family("greedy")
+
+The conftest reads that marker: the family's level decides applicability (an implementation
+without the level's functions skips the module's tests as not applicable, without drawing
+examples), and the family's entry here gives the summary its description and stated power.
+A test that needs more than its family's level (a model kind, a keyword such as top_p) says so
+with ``@pytest.mark.needs(kind=..., keywords=(...))``; a parametrized ``kind`` is read from the
+test's parameters. The check functions themselves live in ``properties/checks/<family>.py``,
+importable by ``tests/`` and by the replay tool without importing a test module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from properties import statistics
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    level: str            # the implementation level it needs (properties.impl.LEVELS)
+    checks: str           # one line: what it holds the implementation to
+    power: str | None = None   # statistical families: the deviation detected with POWER
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("rule", "rule",
+           "accept_or_correct commits a token distributed exactly as p",
+           f"TV >= {statistics.DELTA_RULE} in the committed token's law"),
+    Family("greedy", "engine",
+           "at temperature 0 the output is exactly the target's greedy output"),
+    Family("sequence", "engine",
+           "under sampling the first L tokens are distributed exactly as the target's",
+           f"TV >= {statistics.DELTA_SEQUENCE} (table models) / "
+           f"{statistics.DELTA_SEQUENCE_QWEN3} (qwen3) in the joint law of the outputs"),
+    Family("cache", "engine",
+           "no model call ever sees a context other than the committed sequence"),
+    Family("perfect_draft", "engine",
+           "with draft = target every proposal is accepted"),
+    Family("bounds", "engine",
+           "max_new_tokens, stop ids and the stats"),
+    Family("batched", "batched",
+           "every row of a ragged batch is exact, greedy and sampled",
+           f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows"),
+    Family("tree", "tree",
+           "tree verification: greedy == target greedy, sampled law exact, caches, bounds"),
+    Family("served", "served",
+           "a served engine over an OpenAI-compatible HTTP API"),
+)}
+
+LEVEL_ORDER = ("rule", "engine", "batched", "tree", "served")
+
+
+def get(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise KeyError(f"unknown kit family {name!r}; the families are {sorted(FAMILIES)}") from None
