@@ -5,38 +5,36 @@ Options:
     --xfails-file=PATH       the implementation's known failures: one test id per line
                              (a node id, optionally without its [parameters]), # comments;
                              listed tests run as xfail, ids matching no test are warned about
-    --conformance-json=PATH  write the conformance summary (per family: passed, failed, not
-                             applicable, known failures) as JSON
+    --conformance-json=PATH  write the conformance summary as JSON: first at the start of the
+                             run with verdict INCOMPLETE, then, when the run ends, the verdict
+    --kit-timeout=SECONDS    time limit of each call into the implementation (0: none)
+    --kit-families=A,B       run only these families (properties/families.py)
 
 The implementation is loaded and its signatures checked before collection: a bad --impl is one
-usage error, not hundreds of failures. The header names it and its levels; the run ends with a
-conformance summary, property family by family.
+usage error, not hundreds of failures. Each test module declares its family
+(``pytestmark = pytest.mark.family(NAME)``); a test the implementation cannot run (its family's
+level is missing, a model kind or keyword it lacks, KIT_NOT_APPLICABLE) is skipped as not
+applicable before any example is drawn. The run ends with a conformance summary, family by
+family, and one verdict: CONFORMANT, NOT CONFORMANT, or INCOMPLETE (interrupted, stopped
+early, or a test that never reported).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from properties import profiles, statistics
-from properties.harness import require
-from properties.impl import ImplError, load
+from properties import families, guards, harness, profiles, statistics
+from properties.impl import LEVELS, ImplError, load
 
-FAMILIES = ("rule", "greedy", "sequence", "cache", "perfect_draft", "bounds", "batched")
 OUTCOMES = ("passed", "failed", "not_applicable", "xfailed", "xpassed")
 _RANK = {"passed": 0, "not_applicable": 1, "xfailed": 2, "xpassed": 3, "failed": 4}
-
-
-STATED_POWER = {
-    "rule": f"TV >= {statistics.DELTA_RULE} in the committed token's law",
-    "sequence": f"TV >= {statistics.DELTA_SEQUENCE} (table models) / "
-                f"{statistics.DELTA_SEQUENCE_QWEN3} (qwen3) in the joint law of the outputs",
-    "batched": f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows",
-}
+PROGRESS_EVERY = 30.0    # seconds between progress lines of one family
 
 
 class KitWarning(UserWarning):
@@ -52,7 +50,13 @@ def pytest_addoption(parser):
     group.addoption("--xfails-file", default=None, metavar="PATH",
                     help="known failures of the implementation: one test id per line, # comments")
     group.addoption("--conformance-json", default=None, metavar="PATH",
-                    help="write the per-family conformance summary as JSON to PATH")
+                    help="write the conformance summary as JSON to PATH (verdict INCOMPLETE "
+                         "until the run ends)")
+    group.addoption("--kit-timeout", default=guards.TIMEOUT, type=float, metavar="SECONDS",
+                    help=f"time limit of each call into the implementation, in seconds "
+                         f"(default {guards.TIMEOUT:g}; 0: no limit)")
+    group.addoption("--kit-families", default=None, metavar="A,B",
+                    help=f"run only these property families: {', '.join(families.FAMILIES)}")
 
 
 def _read_xfails(path: str) -> list[str]:
@@ -67,38 +71,59 @@ def _read_xfails(path: str) -> list[str]:
     return ids
 
 
+def _selected_families(config) -> tuple[str, ...] | None:
+    text = config.getoption("--kit-families")
+    if not text:
+        return None
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in families.FAMILIES]
+    if unknown or not names:
+        raise pytest.UsageError(f"--kit-families={text}: unknown family {', '.join(unknown)}; "
+                                f"the families are {', '.join(families.FAMILIES)}")
+    return names
+
+
+def item_family(item) -> str | None:
+    mark = item.get_closest_marker("family")
+    return mark.args[0] if mark is not None else None
+
+
+def _report_family(report) -> str | None:
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "kit_family":
+            return value
+    return None
+
+
 def pytest_configure(config):
     profiles.register_profiles()
     try:
         config._kit_impl = load(config.getoption("--impl"))
     except ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
+    try:
+        guards.set_timeout(config.getoption("--kit-timeout"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config._kit_families = _selected_families(config)
     path = config.getoption("--xfails-file")
     config._kit_xfails = _read_xfails(path) if path else []
     config._kit_outcomes = {}          # nodeid -> (family, outcome, reason)
+    config._kit_planned = {}           # nodeid -> family, the kit tests selected to run
+    config._kit_causes = {}            # nodeid -> the first line of its failure's cause
     config._kit_stat_checks = 0
+    config._kit_calls = 0
+    config._kit_started = time.monotonic()
     config.pluginmanager.register(_Recorder(config), "conformance-kit-recorder")
-    config.addinivalue_line(
-        "markers", "kit(level, kind=None, keywords=()): what a kit property needs from the "
-        "implementation (kind='param' reads the test's `kind` parameter); checked before the "
-        "test runs, so a property that does not apply is skipped without drawing examples")
     config.addinivalue_line(
         "markers", "family(name): the kit family of a test module (properties/families.py), "
         "declared once as the module's pytestmark")
     config.addinivalue_line(
         "markers", "needs(kind=None, keywords=()): what a kit test needs beyond its family's "
-        "level: a kit model kind and keywords of the level's function")
-
-
-def _family(nodeid: str) -> str | None:
-    path = nodeid.split("::", 1)[0].replace("\\", "/")
-    name = path.rsplit("/", 1)[-1]
-    if "properties/" not in "/" + path and not path.startswith("properties"):
-        return None
-    if name.startswith("test_") and name.endswith(".py"):
-        family = name[5:-3]
-        return family if family in FAMILIES else None
-    return None
+        "level: a kit model kind (a parametrized `kind` is read from the test's parameters) "
+        "and keywords of the level's function")
+    if not hasattr(config, "workerinput"):
+        _write_json(config, None)   # a run that dies before the end leaves INCOMPLETE behind
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -122,22 +147,40 @@ def pytest_report_header(config):
     impl = getattr(config, "_kit_impl", None)
     if impl is None:
         return None
+    chosen = config._kit_families
     return [f"conformance kit: {line}" for line in impl.header().splitlines()] + [
         f"conformance kit: hypothesis profile {profiles.current()}; each statistical check at "
-        f"alpha={statistics.ALPHA:.0e}, power {statistics.POWER} at its stated deviation"]
+        f"alpha={statistics.ALPHA:.0e}, power {statistics.POWER} at its stated deviation; "
+        f"time limit {guards.TIMEOUT:g} s per call (--kit-timeout)"
+        + (f"; families: {', '.join(chosen)} (--kit-families)" if chosen else "")]
 
 
 def pytest_runtest_setup(item):
     impl = getattr(item.config, "_kit_impl", None)
-    if impl is None:
+    family = item_family(item)
+    if impl is None or family is None:
         return
-    for mark in item.iter_markers("kit"):
-        kind = mark.kwargs.get("kind")
-        if kind == "param":
-            kind = item.callspec.params["kind"]
-        require(impl, mark.args[0], kind=kind)
-        for keyword in mark.kwargs.get("keywords", ()):
-            require(impl, mark.args[0], keyword=keyword)
+    harness.begin_test(item.nodeid)
+    level = families.get(family).level
+    if family in impl.not_applicable:
+        pytest.skip(f"not applicable: --impl={impl.spec}: {impl.not_applicable[family]} "
+                    f"(KIT_NOT_APPLICABLE)")
+    if not impl.has(level):
+        names = ", ".join(impl.missing.get(level, [s.function for s in LEVELS.get(level, ())]))
+        pytest.skip(f"not applicable: --impl={impl.spec} has no {names or level} (level {level!r})")
+    needs = item.get_closest_marker("needs")
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    kind = needs.kwargs.get("kind") if needs else None
+    kind = kind or params.get("kind")
+    if kind is not None and kind not in impl.model_kinds:
+        pytest.skip(f"not applicable: --impl={impl.spec} runs only {sorted(impl.model_kinds)} "
+                    f"kit models (KIT_MODEL_KINDS), this property uses {kind!r} models")
+    for keyword in (needs.kwargs.get("keywords", ()) if needs else ()):
+        function = next((sig.function for sig in LEVELS.get(level, ())
+                         if impl.accepts(sig.function, keyword)), None)
+        if function is None:
+            names = "/".join(sig.function for sig in LEVELS.get(level, ()))
+            pytest.skip(f"not applicable: --impl={impl.spec}'s {names} does not take {keyword}=")
 
 
 def _matches(test_id: str, nodeid: str) -> bool:
@@ -146,6 +189,33 @@ def _matches(test_id: str, nodeid: str) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    if not hasattr(config, "_kit_impl"):
+        return
+    chosen = config._kit_families
+    if chosen is not None:
+        keep = [i for i in items if item_family(i) is None or item_family(i) in chosen]
+        dropped = [i for i in items if i not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+    for item in items:
+        family = item_family(item)
+        if family is not None:
+            families.get(family)   # a module naming an unknown family is a kit bug: say so
+            item.user_properties.append(("kit_family", family))
+    _mark_xfails(config, items)
+
+
+def pytest_collection_finish(session):
+    config = session.config
+    if hasattr(config, "_kit_impl"):
+        config._kit_planned = {i.nodeid: item_family(i) for i in session.items
+                               if item_family(i) is not None}
+        if not hasattr(config, "workerinput"):
+            _write_json(config, None)
+
+
+def _mark_xfails(config, items):
     ids = getattr(config, "_kit_xfails", [])
     if not ids:
         return
@@ -187,25 +257,44 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    before = statistics.checks_run
+    before, calls = statistics.checks_run, harness.calls_made
     yield
     item.user_properties.append(("kit_statistical_checks", statistics.checks_run - before))
+    item.user_properties.append(("kit_engine_calls", harness.calls_made - calls))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and item_family(item) is not None:
+        cause = getattr(call.excinfo.value, "cause", None)
+        if cause:
+            report.user_properties.append(("kit_cause", cause))
 
 
 class _Recorder:
-    """Collects each kit test's outcome (on the xdist controller too: reports arrive there)."""
+    """Collects each kit test's outcome (on the xdist controller too: reports arrive there),
+    and prints a progress line per family for slow implementations."""
 
     def __init__(self, config):
         self.config = config
+        self.family_started = {}     # family -> (start time, last progress line time)
 
     def pytest_runtest_logreport(self, report):
         config = self.config
-        family = _family(report.nodeid)
+        family = _report_family(report)
         if family is None:
             return
         for name, value in getattr(report, "user_properties", ()):
-            if name == "kit_statistical_checks" and report.when == "call":
+            if report.when != "call":
+                continue
+            if name == "kit_statistical_checks":
                 config._kit_stat_checks += value
+            elif name == "kit_engine_calls":
+                config._kit_calls += value
+            elif name == "kit_cause":
+                config._kit_causes[report.nodeid] = value
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed" if report.passed else "failed"
         elif report.failed:
@@ -219,50 +308,146 @@ class _Recorder:
         reason = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        if outcome == "failed" and report.nodeid not in config._kit_causes:
+            config._kit_causes[report.nodeid] = _first_cause_line(report)
         previous = config._kit_outcomes.get(report.nodeid)
         if previous is None or _RANK[outcome] >= _RANK[previous[1]]:
             config._kit_outcomes[report.nodeid] = (family, outcome, reason)
+        self._progress(family, report)
+
+    def _progress(self, family, report):
+        config = self.config
+        if hasattr(config, "workerinput"):
+            return
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        now = time.monotonic()
+        started, last = self.family_started.setdefault(family, (now - report.duration, now))
+        planned = [n for n, f in config._kit_planned.items() if f == family]
+        done = [n for n in planned if n in config._kit_outcomes]
+        if tr is None or not planned or (now - last < PROGRESS_EVERY and len(done) < len(planned)):
+            return
+        if now - started < PROGRESS_EVERY and now - last < PROGRESS_EVERY:
+            return  # a quick family needs no progress line
+        self.family_started[family] = (started, now)
+        elapsed = now - started
+        left = elapsed / len(done) * (len(planned) - len(done)) if done else 0.0
+        tr.write_line(f"[kit] {family}: {len(done)}/{len(planned)} tests done, "
+                      f"{config._kit_calls:,} engine calls so far in the run, {elapsed:.0f} s "
+                      + (f"in this family; about {left:.0f} s left in it" if len(done) <
+                         len(planned) else "in this family: done"))
 
 
-def summary(config) -> dict:
+def _first_cause_line(report) -> str:
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    text = getattr(crash, "message", "") or ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 and "violated by" in lines[0] else (lines[0] if lines else "")
+
+
+def summary(config, exitstatus=None) -> dict:
+    """The conformance summary. exitstatus None: the run has not ended (INCOMPLETE)."""
     impl = config._kit_impl
-    families = {f: {o: 0 for o in OUTCOMES} | {"failures": [], "reasons": []} for f in FAMILIES}
+    entries = {f: {o: 0 for o in OUTCOMES} | {"failures": [], "reasons": [], "causes": {},
+                                             "planned": 0}
+               for f in families.FAMILIES}
+    for nodeid, family in config._kit_planned.items():
+        entries[family]["planned"] += 1
     for nodeid, (family, outcome, reason) in sorted(config._kit_outcomes.items()):
-        entry = families[family]
+        entry = entries[family]
         entry[outcome] += 1
         if outcome == "failed":
             entry["failures"].append(nodeid)
+            entry["causes"][nodeid] = config._kit_causes.get(nodeid, "")
         if outcome == "not_applicable" and reason and reason not in entry["reasons"]:
             entry["reasons"].append(reason)
+    unreported = sorted(n for n in config._kit_planned if n not in config._kit_outcomes)
+    failed = any(e["failed"] for e in entries.values())
+    interrupted = exitstatus is None or int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+    complete = not interrupted and not unreported
+    if failed:
+        verdict = "NOT CONFORMANT"
+    elif not complete:
+        verdict = "INCOMPLETE"
+    else:
+        verdict = "CONFORMANT"
     checks = config._kit_stat_checks
+    missing = {level: list(names) for level, names in impl.missing.items()}
     return {
         "impl": impl.spec,
         "description": impl.description,
         "levels": list(impl.levels),
+        "levels_missing": missing,
+        "name_hints": dict(impl.hints),
         "model_kinds": sorted(impl.model_kinds),
         "hypothesis_profile": profiles.current(),
-        "families": families,
+        "kit_timeout_s": guards.TIMEOUT,
+        "families_selected": list(config._kit_families or families.FAMILIES),
+        "families": entries,
+        "shared_causes": _shared_causes(entries),
         "statistical_checks": checks,
+        "engine_calls": config._kit_calls,
         "alpha_per_check": statistics.ALPHA,
         "familywise_false_alarm_bound": checks * statistics.ALPHA,
-        "conformant": all(f["failed"] == 0 for f in families.values()),
+        "complete": complete,
+        "unreported_tests": unreported[:20],
+        "verdict": verdict,
+        "verdict_text": _verdict_text(verdict, impl, complete, unreported, exitstatus),
+        "conformant": verdict == "CONFORMANT",
     }
 
 
+def _shared_causes(entries) -> list:
+    """Failures in several families with the same first line of cause: one bug, not several."""
+    by_cause: dict[str, set] = {}
+    for family, entry in entries.items():
+        for cause in entry["causes"].values():
+            if cause:
+                by_cause.setdefault(cause, set()).add(family)
+    return [{"cause": cause, "families": sorted(fams)}
+            for cause, fams in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))
+            if len(fams) > 1]
+
+
+def _verdict_text(verdict, impl, complete, unreported, exitstatus) -> str:
+    if verdict == "INCOMPLETE":
+        why = ("the run was interrupted" if exitstatus is not None
+               and int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
+               else "the run has not finished (or the process ended early)" if exitstatus is None
+               else f"{len(unreported)} selected test(s) never reported (stopped early?)")
+        return f"INCOMPLETE: {why}; nothing can be concluded"
+    text = verdict
+    if verdict != "CONFORMANT":
+        return text
+    levels = [level for level in families.LEVEL_ORDER if impl.has(level)]
+    absent = [name for level in ("rule", "engine") for name in impl.missing.get(level, ())]
+    if absent:
+        hints = "".join(f" (found {impl.hints[name]}: did you mean {name}?)"
+                        for name in absent if name in impl.hints)
+        text += (f" at the {' and '.join(levels)} level{'s' if len(levels) > 1 else ''} only; "
+                 f"no {', '.join(absent)}{hints}")
+    elif impl.missing:
+        text += f" (levels not exposed, so not checked: {', '.join(sorted(impl.missing))})"
+    return text
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not getattr(config, "_kit_outcomes", None) or hasattr(config, "workerinput"):
+    if not hasattr(config, "_kit_impl") or hasattr(config, "workerinput"):
         return
-    data = summary(config)
+    if not config._kit_planned and not config._kit_outcomes:
+        return
+    data = summary(config, exitstatus)
     tr = terminalreporter
     tr.section(f"conformance summary: --impl={data['impl']}")
     tr.write_line(f"{'family':<14}{'passed':>8}{'failed':>8}{'n/a':>6}{'known':>7}   notes")
     for family, entry in data["families"].items():
         total = sum(entry[o] for o in OUTCOMES)
-        if total == 0:
+        if total == 0 and not entry["planned"]:
             continue
         notes = ""
         if entry["failed"]:
             notes = "FAILS: " + ", ".join(n.split("::", 1)[-1] for n in entry["failures"][:3])
+        elif total < entry["planned"]:
+            notes = f"INCOMPLETE: {entry['planned'] - total} of {entry['planned']} tests did not run"
         elif entry["not_applicable"] and not entry["passed"]:
             notes = entry["reasons"][0] if entry["reasons"] else "not applicable"
         elif entry["xpassed"]:
@@ -270,25 +455,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         known = entry["xfailed"] + entry["xpassed"]
         tr.write_line(f"{family:<14}{entry['passed']:>8}{entry['failed']:>8}"
                       f"{entry['not_applicable']:>6}{known:>7}   {notes}", red=bool(entry["failed"]))
+    for shared in data["shared_causes"]:
+        tr.write_line(f"one cause, {len(shared['families'])} families "
+                      f"({', '.join(shared['families'])}): {shared['cause']}", red=True)
     ran = {f for f, e in data["families"].items() if e["passed"] or e["failed"]}
-    guarantees = [(f, text) for f, text in STATED_POWER.items() if f in ran]
+    guarantees = [(f, families.get(f).power) for f in families.FAMILIES
+                  if f in ran and families.get(f).power]
     if guarantees:
         tr.write_line("each statistical check detects, with power >= "
                       f"{statistics.POWER}: " + "; ".join(f"{f}: {t}" for f, t in guarantees))
     tr.write_line(f"statistical checks: {data['statistical_checks']} at alpha "
                   f"{data['alpha_per_check']:.0e} each: a correct implementation fails this run "
-                  f"with probability <= {data['familywise_false_alarm_bound']:.1e}")
-    verdict = "CONFORMANT" if data["conformant"] else "NOT CONFORMANT"
+                  f"with probability <= {data['familywise_false_alarm_bound']:.1e}; "
+                  f"{data['engine_calls']:,} calls into the implementation")
+    verdict = data["verdict_text"]
     known = sum(e["xfailed"] for e in data["families"].values())
     if data["conformant"] and known:
-        verdict += f" apart from {known} known failure(s) listed in --xfails-file"
-    tr.write_line(f"verdict for --impl={data['impl']}: {verdict} (on the properties run)",
+        verdict += f", apart from {known} known failure(s) listed in --xfails-file"
+    chosen = config._kit_families
+    scope = f"families {', '.join(chosen)}" if chosen else "the properties run"
+    tr.write_line(f"verdict for --impl={data['impl']}: {verdict} (on {scope})",
                   green=data["conformant"], red=not data["conformant"], bold=True)
+
+
+def _write_json(config, exitstatus) -> None:
+    path = config.getoption("--conformance-json", None)
+    if path:
+        Path(path).write_text(json.dumps(summary(config, exitstatus), indent=2, sort_keys=True))
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
-    path = config.getoption("--conformance-json", None)
-    if not path or hasattr(config, "workerinput") or not hasattr(config, "_kit_outcomes"):
+    if hasattr(config, "workerinput") or not hasattr(config, "_kit_impl"):
         return
-    Path(path).write_text(json.dumps(summary(config), indent=2, sort_keys=True))
+    _write_json(config, exitstatus)

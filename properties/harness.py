@@ -7,6 +7,7 @@ the exact example through ``python -m properties.replay`` and the property throu
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import random
@@ -15,16 +16,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 import torch
 
+from properties import guards
 from properties.cases import EngineCase
+from properties.guards import EngineFault
 from properties.impl import Impl
-from properties.models import CacheViolation, Trace, build_pair
+from properties.models import Trace, build_pair
 
 
 class PropertyFailure(AssertionError):
-    """A property of the kit does not hold for the implementation under test."""
+    """A property of the kit does not hold for the implementation under test. `cause` is the
+    first line of what went wrong (the summary groups failures of several families that share
+    one cause)."""
+
+    cause = ""
+
+
+class PropertyHang(BaseException):
+    """The implementation hung in a property's call (the time limit expired). A BaseException,
+    so that Hypothesis does not shrink by calling the hanging engine again and again: the test
+    fails at once with the case that hung."""
+
+    cause = ""
+
+
+# Calls into the implementation in this process (the summary adds them up across workers).
+calls_made = 0
+_hang_pending = False
+
+
+def begin_test(nodeid: str) -> None:
+    """A new kit test starts (called by the conftest)."""
+    global _hang_pending
+    _hang_pending = False
 
 
 def _current_test() -> str:
@@ -52,30 +77,14 @@ def reproduction(impl: Impl, check: str, case) -> str:
 
 def fail(impl: Impl, prop: str, check: str, case, message: str):
     """Raise a PropertyFailure for property `prop` (e.g. "greedy: equivalence")."""
+    global _hang_pending
     __tracebackhide__ = True
-    raise PropertyFailure(
-        f"{prop}: violated by --impl={impl.spec}\n{message.rstrip()}\n\ninputs: {case!r}\n"
-        f"{reproduction(impl, check, case)}")
-
-
-def require(impl: Impl, level: str, kind: str | None = None, keyword: str | None = None):
-    """Skip (not applicable) unless the implementation has the level, model kind and keyword."""
-    from properties.impl import LEVELS
-    family = _current_test().split("::", 1)[0].rsplit("/", 1)[-1].removeprefix("test_").removesuffix(".py")
-    if family in impl.not_applicable:
-        pytest.skip(f"not applicable: --impl={impl.spec}: {impl.not_applicable[family]} "
-                    f"(KIT_NOT_APPLICABLE)")
-    if not impl.has(level):
-        names = ", ".join(impl.missing.get(level, [s.function for s in LEVELS[level]]))
-        pytest.skip(f"not applicable: --impl={impl.spec} has no {names} (level {level!r})")
-    if kind is not None and kind not in impl.model_kinds:
-        pytest.skip(f"not applicable: --impl={impl.spec} runs only {sorted(impl.model_kinds)} "
-                    f"kit models (KIT_MODEL_KINDS), this property uses {kind!r} models")
-    if keyword is not None:
-        fn = {"rule": "accept_or_correct", "engine": "speculative_generate",
-              "batched": "batched_generate"}[level]
-        if not impl.accepts(fn, keyword):
-            pytest.skip(f"not applicable: --impl={impl.spec}'s {fn} does not take {keyword}=")
+    kind = PropertyHang if _hang_pending else PropertyFailure
+    _hang_pending = False
+    error = kind(f"{prop}: violated by --impl={impl.spec}\n{message.rstrip()}\n\ninputs: "
+                 f"{case!r}\n{reproduction(impl, check, case)}")
+    error.cause = message.strip().splitlines()[0] if message.strip() else prop
+    raise error
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -87,6 +96,108 @@ def seed_everything(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+# --------------------------------------------------------------------------- calling the engine
+
+def invoke(impl: Impl, function: str, *args, models=(), inputs=(), **kwargs):
+    """Call the implementation's `function` under the kit's guards (properties.guards): a time
+    limit, the weights of `models` ((role, model) pairs) and the `inputs` ((name, value)
+    pairs: lists, tensors) unchanged, no global reseeding. Any misbehaviour raises EngineFault.
+    KeyboardInterrupt passes through: an interrupted run is INCOMPLETE, not a failure."""
+    global calls_made, _hang_pending
+    calls_made += 1
+    fn = impl.functions[function] if function in impl.functions else getattr(impl, function)
+    snapshots = [(name, copy.deepcopy(value)) for name, value in inputs]
+    before = guards.fingerprint(models)
+    reseeds: list = []
+    seconds = guards.TIMEOUT
+    try:
+        with guards.watch_reseeding(reseeds), guards.time_limit(seconds, function):
+            value = fn(*args, **kwargs)
+    except guards.KitTimeout:
+        _hang_pending = True
+        raise EngineFault(f"{function} did not return within the per-call time limit of "
+                          f"{seconds:g} s (--kit-timeout={seconds:g}; raise it for a slow engine)")
+    except SystemExit as exc:
+        raise EngineFault(f"the engine called sys.exit({exc.code!r}) inside {function}: a "
+                          f"library must not end the process\n{guards.engine_traceback(exc)}")
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except EngineFault:
+        raise
+    except Exception as exc:
+        raise EngineFault(guards.describe_exception(function, exc)) from exc
+    finally:
+        changed = guards.changed_weights(before, guards.fingerprint(models))
+        if changed:
+            reset_models()
+    if changed:
+        raise EngineFault(f"{function} modified the weights of the models it was given, in "
+                          f"place: {', '.join(changed[:6])}{' ...' if len(changed) > 6 else ''} "
+                          f"(an engine must only read its models; the kit rebuilt them)")
+    for name, snapshot in snapshots:
+        now = dict(inputs)[name]
+        if not _same(now, snapshot):
+            raise EngineFault(f"{function} mutated {name} in place: it was {_short(snapshot)}, "
+                              f"after the call it is {_short(now)} (the caller's input must "
+                              f"stay as it was)")
+    if reseeds:
+        raise EngineFault(f"{function} reseeded the global RNG: {'; '.join(reseeds[:3])} (its "
+                          f"sampling must come from the generator it is given, and reseeding "
+                          f"the caller's global RNGs changes the caller's randomness)")
+    return value
+
+
+def _same(a, b) -> bool:
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape and \
+            bool(torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _short(value) -> str:
+    text = repr(value.tolist() if torch.is_tensor(value) else value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def reset_models() -> None:
+    """Forget every cached kit model and oracle result (after an engine edited weights)."""
+    from properties import models as kit_models, oracle
+    for cached in (kit_models.qwen3_module, kit_models.qwen3_draft_module, kit_models.table_lm,
+                   kit_models.table_draft_lm):
+        cached.cache_clear()
+    oracle.clear()
+
+
+def tokens_and_stats(impl: Impl, function: str, value):
+    """Check that `value` is the API's (tokens, stats) and return (tokens as ints, stats)."""
+    expected = ("the API expects a pair (tokens, stats): tokens a list or 1-D tensor of token "
+                "ids, stats a mapping or object with rounds, acceptance_rate and "
+                "tokens_per_target_call")
+    if torch.is_tensor(value) or (isinstance(value, (list, tuple)) and value
+                                  and all(isinstance(v, (int, np.integer)) for v in value)):
+        raise EngineFault(f"{function} returned {_kind(value)} (tokens only?); {expected}")
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise EngineFault(f"{function} returned {_kind(value)}; {expected}")
+    tokens, stats = value
+    try:
+        return normalize_tokens(tokens), stats
+    except (TypeError, ValueError) as exc:
+        raise EngineFault(f"{function} returned ({_kind(tokens)}, ...) whose tokens are not "
+                          f"token ids ({exc}); {expected}") from None
+
+
+def _kind(value) -> str:
+    if torch.is_tensor(value):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, tuple):
+        return f"a {len(value)}-tuple {_short(value)}"
+    if isinstance(value, list):
+        return f"a list of {len(value)} items {_short(value)}"
+    return f"{type(value).__name__} {_short(value)}"
+
+
 # --------------------------------------------------------------------------- engine runs
 
 @dataclass
@@ -95,17 +206,25 @@ class EngineRun:
     tokens: list | None
     stats: object
     trace: Trace
-    error: BaseException | None
+    error: EngineFault | None
 
     def describe_error(self) -> str:
-        e = self.error
-        return f"the engine raised {type(e).__name__}: {e}"
+        return self.error.describe()
 
 
 def normalize_tokens(tokens) -> list[int]:
     if torch.is_tensor(tokens):
+        if tokens.dim() > 1 and tokens.shape[0] != 1:
+            raise ValueError(f"a tensor of shape {tuple(tokens.shape)} is not one row of tokens")
         tokens = tokens.reshape(-1).tolist()
-    return [int(t) for t in tokens]
+    return [_token(t) for t in tokens]
+
+
+def _token(t) -> int:
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) and not (
+            torch.is_tensor(t) and t.numel() == 1 and not t.is_floating_point()):
+        raise ValueError(f"{t!r} is not a token id")
+    return int(t)
 
 
 def engine_kwargs(impl: Impl, case) -> dict:
@@ -117,22 +236,49 @@ def engine_kwargs(impl: Impl, case) -> dict:
     return kw
 
 
-def run_engine(impl: Impl, case: EngineCase, *, check_logits: bool = False, models=None) -> EngineRun:
-    """Run speculative_generate once on fresh instrumented kit models."""
+# Calls whose determinism is checked: the first engine call of every test is run twice.
+_determinism = {"checked": set()}
+
+
+def run_engine(impl: Impl, case: EngineCase, *, check_logits: bool = False, models=None,
+               generator=None) -> EngineRun:
+    """Run speculative_generate once on fresh instrumented kit models (seeded from the case,
+    or with the given generator). The first run of each test is also run a second time, from
+    the same seeds on fresh models: an engine must be a function of its inputs and generator."""
+    run = _run_once(impl, case, check_logits, models, generator)
+    test = _current_test() or "outside pytest"
+    if run.error is None and generator is None and test not in _determinism["checked"]:
+        _determinism["checked"].add(test)
+        again = _run_once(impl, case, False, models, None)
+        if again.error is None and again.tokens != run.tokens:
+            i = first_difference(run.tokens, again.tokens)
+            run.error = EngineFault(
+                f"the engine is nondeterministic: two calls with the same inputs and a generator "
+                f"seeded alike (global RNGs seeded alike too) gave different outputs, first at "
+                f"position {i}:\n  first:  {run.tokens}\n  second: {again.tokens}\n(its "
+                f"randomness must come from the generator it is given)")
+            run.tokens = None
+    return run
+
+
+def _run_once(impl, case, check_logits, models, generator) -> EngineRun:
     trace = Trace(check_logits=check_logits)
     target, draft = build_pair(case.target, case.draft, trace) if models is None else models(trace)
-    generator = seed_everything(case.seed)
+    if generator is None:
+        generator = seed_everything(case.seed)
+    prompt = list(case.prompt)
     try:
-        tokens, stats = impl.functions["speculative_generate"](
-            target, draft, list(case.prompt), case.max_new_tokens, generator=generator,
-            **engine_kwargs(impl, case))
-        tokens = normalize_tokens(tokens)
-    except (KeyboardInterrupt, SystemExit, MemoryError):
-        raise
-    except CacheViolation as exc:
+        with trace.active():
+            value = invoke(impl, "speculative_generate", target, draft, prompt,
+                           case.max_new_tokens, generator=generator,
+                           models=(("target", target), ("draft", draft)),
+                           inputs=(("prompt_ids", prompt),), **engine_kwargs(impl, case))
+        tokens, stats = tokens_and_stats(impl, "speculative_generate", value)
+    except EngineFault as exc:
         return EngineRun(case, None, None, trace, exc)
-    except Exception as exc:  # the engine's bug, reported by the property
-        return EngineRun(case, None, None, trace, exc)
+    stale = trace.foreign_use()
+    if stale:
+        return EngineRun(case, None, None, trace, EngineFault(stale))
     return EngineRun(case, tokens, stats, trace, None)
 
 
@@ -149,15 +295,8 @@ def stats_value(stats, name: str):
     return value if math.isfinite(value) else None
 
 
-def expected_after_stops(greedy_tokens: list[int], stop_ids) -> list[int]:
-    stops = set(stop_ids)
-    for i, t in enumerate(greedy_tokens):
-        if t in stops:
-            return greedy_tokens[: i + 1]
-    return list(greedy_tokens)
-
-
 def first_difference(a, b) -> int:
+    """The first index where sequences a and b differ (the shorter length if one is a prefix)."""
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
             return i

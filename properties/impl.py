@@ -27,6 +27,7 @@ kit's models the implementation can run; by default both.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -81,6 +82,7 @@ class Impl:
         self.keywords: dict[str, frozenset] = {}   # function -> the extra keywords it names
         self.levels: tuple[str, ...] = ()
         self.missing: dict[str, tuple[str, ...]] = {}  # level -> missing function names
+        self.hints: dict[str, str] = {}     # missing function -> a similar name it does have
         self.model_kinds: frozenset = MODEL_KINDS
         # Greedy divergences where the float64 target's top-two logit gap is below this are
         # ties (KIT_LOGIT_TOLERANCE: an engine computing its own logits in lower precision).
@@ -114,11 +116,14 @@ class Impl:
                 extra = sorted(self.keywords.get(sig.function, ()))
                 names.append(sig.function + (f" [+{', '.join(extra)}]" if extra else ""))
             parts.append(f"{level} ({'; '.join(names)})")
-        lacking = [f"{level} (no {', '.join(names)})" for level, names in self.missing.items()]
+        lacking = [f"{level} (no {', '.join(names)}"
+                   + "".join(f"; found {self.hints[n]}: did you mean {n}?" for n in names
+                             if n in self.hints) + ")"
+                   for level, names in self.missing.items()]
         text = (f"implementation under test: --impl={self.spec} -> {self.description}\n"
                 f"levels: {', '.join(parts) or 'none'}")
         if lacking:
-            text += f"; not applicable: {'; '.join(lacking)}"
+            text += f"; not found, so not checked: {'; '.join(lacking)}"
         text += f"\nkit model kinds it runs: {', '.join(sorted(self.model_kinds))}"
         return text
 
@@ -171,6 +176,10 @@ def _import_path(path: Path):
 
 def _import(spec: str):
     target = ALIASES.get(spec, spec)
+    if Path(target).is_dir():
+        raise ImplError(f"--impl={spec} is a directory; give the .py file that defines the "
+                        f"functions (e.g. {target.rstrip('/')}/speculative.py), a module name, or "
+                        f"MODULE:ATTR")
     if target.endswith(".py") or os.sep in target or "/" in target:
         path = Path(target)
         if not path.is_file():
@@ -216,6 +225,33 @@ def _check_signature(spec: str, fn, sig: Signature) -> frozenset:
     return frozenset(name for name in sig.extra if name in names)
 
 
+def _name_hints(source, missing) -> dict[str, str]:
+    """For each missing function, a public callable of the source with a similar name (a
+    misnamed engine is the likeliest reason a level is missing)."""
+    names = [n for n in dir(source) if not n.startswith("_") and callable(getattr(source, n, None))]
+    hints = {}
+    for functions in missing.values():
+        for want in functions:
+            close = difflib.get_close_matches(want, names, n=1, cutoff=0.6)
+            if close:
+                hints[want] = close[0]
+    return hints
+
+
+def _not_applicable(spec: str, declared) -> dict[str, str]:
+    """KIT_NOT_APPLICABLE: {family: reason}, every family one the kit has."""
+    from properties.families import FAMILIES
+    if not isinstance(declared, dict):
+        raise ImplError(f"--impl={spec}: KIT_NOT_APPLICABLE must be a dict {{family: reason}}, "
+                        f"got {type(declared).__name__}")
+    unknown = [name for name in declared if name not in FAMILIES]
+    if unknown:
+        raise ImplError(f"--impl={spec}: KIT_NOT_APPLICABLE names unknown famil"
+                        f"{'y' if len(unknown) == 1 else 'ies'} {', '.join(map(repr, unknown))}; "
+                        f"the kit's families are {', '.join(FAMILIES)}")
+    return {str(name): str(reason) for name, reason in declared.items()}
+
+
 def load(spec: str) -> Impl:
     """Resolve --impl=spec into an Impl, or raise ImplError with one clear message."""
     if not spec:
@@ -257,10 +293,12 @@ def load(spec: str) -> Impl:
             impl.keywords[sig.function] = _check_signature(spec, fn, sig)
             impl.functions[sig.function] = fn
         levels.append(level)
+    impl.hints = _name_hints(source, missing)
     if not levels:
         names = ", ".join(sig.function for sigs in LEVELS.values() for sig in sigs)
+        hints = "".join(f"; found {have}: did you mean {want}?" for want, have in impl.hints.items())
         raise ImplError(f"--impl={spec}: {description} exposes none of the kit's functions "
-                        f"({names})")
+                        f"({names}){hints}")
     kinds = getattr(source, "KIT_MODEL_KINDS", None)
     if kinds is not None:
         kinds = frozenset(kinds)
@@ -274,8 +312,10 @@ def load(spec: str) -> Impl:
             raise ImplError(f"--impl={spec}: KIT_LOGIT_TOLERANCE must be a finite logit gap "
                             f">= 0, got {tolerance!r}")
         impl.logit_tolerance = float(tolerance)
-    impl.not_applicable = dict(getattr(source, "KIT_NOT_APPLICABLE", {}))
+    impl.not_applicable = _not_applicable(spec, getattr(source, "KIT_NOT_APPLICABLE", {}))
     impl.own_greedy = getattr(source, "target_greedy_generate", None)
+    if impl.own_greedy is not None:
+        impl.functions["target_greedy_generate"] = impl.own_greedy
     impl.levels = tuple(levels)
     impl.missing = missing
     return impl

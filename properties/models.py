@@ -23,6 +23,7 @@ holding a prefix of the committed sequence (see ``properties.invariants``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -73,6 +74,24 @@ class Trace:
     violations: list = field(default_factory=list)   # strings, in order of occurrence
     check_logits: bool = False                       # compare each call with a fresh prefill
     logits_tolerance: float = 1e-7
+    closed: bool = False                             # the run it recorded has ended
+    stale: list = field(default_factory=list)        # uses of caches from earlier runs
+
+    @contextlib.contextmanager
+    def active(self):
+        """The engine's call: while it runs, a cache of an earlier (closed) run that the engine
+        kept and touches again is reported to this trace. The trace is closed afterwards."""
+        global _ACTIVE
+        previous, _ACTIVE = _ACTIVE, self
+        try:
+            yield self
+        finally:
+            _ACTIVE = previous
+            self.closed = True
+
+    def foreign_use(self) -> str | None:
+        """A message if the engine touched a cache it did not create in this run."""
+        return self.stale[0] if self.stale else None
 
     def add(self, what, role, cache, **kw) -> Event:
         event = Event(len(self.events), what, role, cache, **kw)
@@ -95,6 +114,20 @@ class Trace:
         if len(events) > len(shown):
             lines.insert(0, f"  ... {len(events) - len(shown)} earlier events")
         return "\n".join(lines)
+
+
+_ACTIVE: Trace | None = None
+
+
+def _stale_use(cache, what: str) -> None:
+    """An engine touched `cache`, which belongs to an earlier, finished run."""
+    text = (f"the engine touched a cache it did not create in this call: {what} on the "
+            f"{cache.role}'s cache #{cache.number}, a cache from an earlier call (an engine must "
+            f"not keep caches across calls: the next prompt's context is not the last one's)")
+    if _ACTIVE is not None and _ACTIVE is not cache.trace:
+        _ACTIVE.stale.append(text)
+        _ACTIVE.violation(text)
+    raise CacheViolation(text)
 
 
 # --------------------------------------------------------------------------- caches
@@ -127,6 +160,8 @@ class _Recording:
         self._truncate(int(n), how="truncate")
 
     def _truncate(self, n, how):
+        if self.trace.closed:
+            _stale_use(self, f"{how.strip()}({n})")
         before = self._length
         self.trace.add("truncate", self.role, self.number, start=before, end=n)
         if n > before:
@@ -191,7 +226,7 @@ class TableLM:
 
     ROWS = 1021
 
-    def __init__(self, vocab: int, seed: int, scale: float, sparsity: float):
+    def __init__(self, vocab: int, seed: int, scale: float, sparsity: float, tie_gap: float = 0.0):
         rng = np.random.default_rng([seed, vocab, 7])
         self.vocab = vocab
         self.start = _mix(seed & _MASK64, vocab)
@@ -201,6 +236,12 @@ class TableLM:
             keep = max(2, int(round(vocab * (1 - sparsity))))
             for row in self.table:
                 row[rng.permutation(vocab)[keep:]] = -np.inf
+        if tie_gap > 0 and vocab > 1:
+            # a near tie in every context: the runner-up sits exactly tie_gap below the top
+            for row in self.table:
+                first, second = np.argsort(-row, kind="stable")[:2]
+                row[second] = row[first] - tie_gap
+        self.table.flags.writeable = False   # the kit's evidence: an engine cannot edit it
 
     def logits(self, h_prev: int, h: int) -> np.ndarray:
         return self.table[h % self.ROWS]
@@ -223,6 +264,7 @@ class NoisyLM:
     def __init__(self, base: TableLM, seed: int, eps: float = 0.3):
         self.base, self.vocab, self.start = base, base.vocab, base.start
         self.noise = np.random.default_rng([seed, 11]).standard_normal(base.table.shape) * eps
+        self.noise.flags.writeable = False
 
     def logits(self, h_prev, h):
         return self.base.logits(h_prev, h) + self.noise[h % TableLM.ROWS]
@@ -249,6 +291,7 @@ class TableSpec:
     seed: int
     scale: float = 2.0
     sparsity: float = 0.0
+    tie_gap: float = 0.0     # > 0: every context's top-two logits differ by exactly this
 
     @property
     def kind(self) -> str:
@@ -332,7 +375,7 @@ def qwen3_draft_module(spec: Qwen3Spec, draft: DraftSpec):
 
 @lru_cache(maxsize=64)
 def table_lm(spec: TableSpec):
-    return TableLM(spec.vocab, spec.seed, spec.scale, spec.sparsity)
+    return TableLM(spec.vocab, spec.seed, spec.scale, spec.sparsity, spec.tie_gap)
 
 
 @lru_cache(maxsize=64)
@@ -343,7 +386,7 @@ def table_draft_lm(spec: TableSpec, draft: DraftSpec):
         return base
     if v == "random":
         return table_lm(TableSpec(spec.vocab, seed=10_000 + draft.seed, scale=spec.scale,
-                                  sparsity=spec.sparsity))
+                                  sparsity=spec.sparsity, tie_gap=spec.tie_gap))
     if v == "negated":
         return NegatedLM(base)
     if v == "noisy":
@@ -384,8 +427,12 @@ class KitModel:
                              f"{getattr(ids, 'dtype', type(ids).__name__)} "
                              f"{tuple(getattr(ids, 'shape', ()))}")
         owner = getattr(cache, "owner", None)
+        if owner is not None and owner.trace.closed:
+            _stale_use(cache, f"a {self.role} call")
         if owner is not self:
-            whose = "a cache the kit did not create" if owner is None else f"the {owner.role}'s cache"
+            whose = ("a cache the kit did not create" if owner is None
+                     else f"a cache from an earlier call (the {owner.role}'s)"
+                     if owner.trace is not self.trace else f"the {owner.role}'s cache")
             text = f"the {self.role} was called with {whose}"
             self.trace.violation(text)
             raise CacheViolation(text)

@@ -68,3 +68,9 @@ def sequence_law(spec, prompt, L: int, temperature: float, top_k: int = 0, top_p
     """outcome (tuple of generated tokens) -> exact probability under the target's sampler."""
     return dict(_law(spec, tuple(int(t) for t in prompt), int(L), float(temperature), int(top_k),
                      float(top_p), frozenset(stop_ids)))
+
+
+def clear() -> None:
+    """Forget every cached result (after an engine edited the weights they were computed from)."""
+    _greedy.cache_clear()
+    _law.cache_clear()

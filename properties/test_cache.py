@@ -1,18 +1,6 @@
 """Family "cache": the engine keeps both caches holding exactly the committed sequence.
 
-The kit's models record every call and truncate (properties.models), and
-properties.invariants rebuilds what each cache held at every moment. Checked here:
-
-* at the top of every round both caches hold exactly the committed sequence minus its newest
-  token (see properties.invariants for how rounds are delimited from the outside);
-* a truncate never grows a cache;
-* rolled-back entries never influence later logits: every call's logits equal those of a fresh
-  prefill of the tokens the cache holds;
-* the kit's caches themselves: a Hypothesis state machine appends, truncates and compares
-  with a fresh prefill.
-
-Engines that never create caches through ``model.new_cache`` (the fast engine keeps its own)
-are not applicable here.
+The properties and what they check: properties/checks/cache.py. Hypothesis draws the cases here.
 """
 
 from __future__ import annotations
@@ -23,54 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
-
 from properties import profiles
 from properties.cases import EngineCase
-from properties.harness import fail, require, run_engine
-from properties.invariants import analyse
 from properties.models import (CacheViolation, DraftSpec, Qwen3Spec, TableSpec, Trace,
                                build_target)
 from properties.strategies import greedy_cases
+from properties.checks.cache import (KINDS, check_cache_invariant)
 
-KINDS = ("table", "qwen3")
-CHECK = "properties.test_cache:check_cache_invariant"
-
-
-def _not_applicable_unless_cached(impl, run):
-    if run.error is None and not run.trace.used_caches():
-        pytest.skip(f"not applicable: --impl={impl.spec} never created a cache through "
-                    f"model.new_cache (it keeps its own), so the kit cannot see its caches")
+pytestmark = pytest.mark.family("cache")
 
 
-def check_cache_invariant(impl, case: EngineCase, check_logits: bool = True):
-    prop = "cache: both caches hold the committed sequence minus its newest token"
-    run = run_engine(impl, case, check_logits=check_logits)
-    _not_applicable_unless_cached(impl, run)
-    tokens = run.tokens
-    if tokens is None:
-        # the engine failed; the trace usually says why (e.g. a cache that kept rolled-back
-        # entries overflowing its capacity): report the first broken invariant if there is one
-        analysis = analyse(run.trace, case.prompt, [])
-        partial = analysis.problem if isinstance(run.error, CacheViolation) else None
-        fail(impl, prop, CHECK, case, (partial + "\n" if partial else "") + run.describe_error()
-             + f"\n  the engine's calls up to the error (most recent last):\n{run.trace.tail()}")
-    analysis = analyse(run.trace, case.prompt, tokens)
-    if analysis.problem is not None:
-        fail(impl, prop, CHECK, case, f"{analysis.problem}\n  (output: {tokens})")
-    logit_problems = [v for v in run.trace.violations if "fresh prefill" in v]
-    if logit_problems:
-        fail(impl, "cache: rolled-back entries never influence later logits", CHECK, case,
-             logit_problems[0])
-
-
-@pytest.mark.kit("engine", kind="param")
 @pytest.mark.parametrize("kind", KINDS)
 @profiles.deterministic()
 @given(data=st.data())
 def test_round_invariant(impl, kind, data):
     """Greedy and sampled runs, every draft kind, stop ids: the invariant at every round, no
     truncate that grows a cache, logits equal to a fresh prefill's."""
-    require(impl, "engine", kind=kind)
     case = data.draw(greedy_cases(kind, max_new=(1, 24)), label="case")
     temperature = data.draw(st.sampled_from((0.0, 1.0, 0.7)), label="temperature")
     check_cache_invariant(impl, case.replace(temperature=temperature))
@@ -80,7 +36,6 @@ def test_round_invariant(impl, kind, data):
 def test_full_blocks_and_rejections(impl, kind):
     """Fixed runs that exercise both rollbacks: whole blocks accepted (the draft must be fed
     its last proposal) and early rejections, over several rounds."""
-    require(impl, "engine", kind=kind)
     target = TableSpec(9, seed=21) if kind == "table" else Qwen3Spec(9, seed=21, layers=2)
     for variant in ("perfect", "noisy", "random", "negated"):
         for k in (1, 3):
@@ -148,7 +103,6 @@ class CacheMachine(RuleBasedStateMachine):
                          ids=["table", "qwen3"])
 def test_kit_cache_state_machine(impl, spec):
     """The kit's own caches (which the invariant checks rely on) behave like a KV cache."""
-    require(impl, "engine")
     machine = type(f"CacheMachine_{spec.kind}", (CacheMachine,), {"spec": spec})
     n = profiles.deterministic(0.4).max_examples
     run_state_machine_as_test(machine, settings=settings(max_examples=n, stateful_step_count=15,

@@ -1,0 +1,95 @@
+"""Family "bounds": the output respects max_new_tokens and stop ids, and the stats add up.
+
+* never more than max_new_tokens tokens; exactly max_new_tokens unless a stop id ended it;
+* the output ends at the first stop id: none before its last token (also when the stop id is
+  accepted in the middle of a block);
+* every token is in the vocabulary; max_new_tokens = 0 gives no tokens;
+* stats: ``rounds`` an int >= 0, at least 1 when there was output and at most one per output
+  token (every round commits at least one); ``tokens_per_target_call == len(tokens) / rounds``;
+  ``acceptance_rate`` in [0, 1]; and where the kit's trace shows the rounds (chain engines on kit
+  caches), ``rounds`` equals the number of target verify calls and ``acceptance_rate`` equals
+  the kept proposals over the proposals verified.
+"""
+
+from __future__ import annotations
+
+import math
+from properties.cases import EngineCase
+from properties.harness import fail, run_engine, stats_value
+from properties.invariants import analyse
+
+KINDS = ("table", "qwen3")
+CHECK = "properties.checks.bounds:check_bounds"
+
+
+def check_bounds(impl, case: EngineCase):
+    run = run_engine(impl, case)
+    prop = "bounds: length, stops and stats"
+    if run.error is not None:
+        fail(impl, prop, CHECK, case, run.describe_error())
+    tokens, n, stops = run.tokens, case.max_new_tokens, set(case.stop_ids)
+    vocab = case.target.vocab
+    if len(tokens) > n:
+        fail(impl, prop, CHECK, case, f"{len(tokens)} tokens returned, more than "
+                                      f"max_new_tokens={n}: {tokens}")
+    bad = [t for t in tokens if not 0 <= t < vocab]
+    if bad:
+        fail(impl, prop, CHECK, case, f"token ids {bad} are outside the vocabulary [0, {vocab})")
+    early = [i for i, t in enumerate(tokens[:-1]) if t in stops]
+    if early:
+        fail(impl, prop, CHECK, case,
+             f"the output goes on after stop id {tokens[early[0]]} at position {early[0]}: "
+             f"{tokens} (it must end at the first stop id)")
+    if len(tokens) < n and (not tokens or tokens[-1] not in stops):
+        fail(impl, prop, CHECK, case,
+             f"only {len(tokens)} of max_new_tokens={n} tokens, and the output does not end "
+             f"with a stop id {sorted(stops)}: {tokens}")
+    check_stats(impl, case, run, prop)
+
+
+def check_stats(impl, case, run, prop):
+    stats, tokens = run.stats, run.tokens
+    rounds = stats_value(stats, "rounds")
+    rate = stats_value(stats, "acceptance_rate")
+    tpc = stats_value(stats, "tokens_per_target_call")
+    for name, value in (("rounds", rounds), ("acceptance_rate", rate),
+                        ("tokens_per_target_call", tpc)):
+        if value is None:
+            fail(impl, prop, CHECK, case, f"stats[{name!r}] is missing or not a finite number: "
+                                          f"stats = {stats!r}")
+    if rounds != int(rounds) or rounds < 0:
+        fail(impl, prop, CHECK, case, f"stats['rounds'] = {rounds} is not an int >= 0")
+    if tokens and rounds < 1:
+        fail(impl, prop, CHECK, case, f"{len(tokens)} tokens were produced in rounds = {rounds}")
+    if rounds > max(len(tokens), 0) and tokens:
+        fail(impl, prop, CHECK, case, f"rounds = {rounds} for {len(tokens)} tokens: every round "
+                                      f"commits at least one token")
+    want = len(tokens) / rounds if rounds else 0.0
+    if not math.isclose(tpc, want, rel_tol=1e-9, abs_tol=1e-12):
+        fail(impl, prop, CHECK, case,
+             f"tokens_per_target_call = {tpc}, but len(tokens) / rounds = {len(tokens)} / "
+             f"{int(rounds)} = {want}")
+    if not 0 <= rate <= 1:
+        fail(impl, prop, CHECK, case, f"acceptance_rate = {rate} is outside [0, 1]")
+    analysis = analyse(run.trace, case.prompt, tokens)
+    if not analysis.chain or not analysis.rounds or analysis.problem is not None:
+        return  # no trace to compare with (or a cache problem, the cache family's business)
+    verified = len(analysis.rounds)
+    if verified != rounds:
+        fail(impl, prop, CHECK, case,
+             f"stats['rounds'] = {int(rounds)}, but the target made {verified} verify calls")
+    proposed = sum(len(r.fed) - 1 for r in analysis.rounds)
+    kept = sum(r.accepted for r in analysis.rounds)
+    last = analysis.rounds[-1]
+    # the last round may have kept more proposals than the output shows (cut by max_new_tokens
+    # or a stop id); count it anywhere from what is visible to all of it
+    low = high = kept
+    if last.truncated_by_end:
+        high = kept - last.accepted + len(last.fed) - 1
+    if proposed and not (low / proposed - 1e-9 <= rate <= high / proposed + 1e-9):
+        fail(impl, prop, CHECK, case,
+             f"acceptance_rate = {rate}, but the target verified {proposed} proposals in "
+             f"{verified} rounds and the output kept {kept}"
+             + (f" (up to {high} counting the last round's cut block)" if high != low else "")
+             + f": expected {low}/{proposed} = {low / proposed:.6g}"
+             + (f" .. {high}/{proposed}" if high != low else ""))
