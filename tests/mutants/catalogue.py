@@ -303,6 +303,30 @@ class CommitsRejectedProposal(Speculator):
         return proposal, best == proposal
 
 
+class TinyTemperatureGreedy(Speculator):
+    """Temperature 0 is run as sampling at temperature 1e-5, with the sampling rule.
+
+    "Greedy is the zero-temperature limit", so temperature 0 is replaced by a tiny one to
+    share one code path. It is argmax except near ties: with a top-two logit gap of 1e-5 the
+    second token has probability 1 / (1 + e) ~ 0.27 at every such position (and the exact
+    argmax rule, lowest index on a tie, is lost). The float64 kit models almost never have
+    such gaps by chance, so only properties that build near-ties on purpose see it.
+    """
+
+    caught_by = "greedy"
+    detected_when = "a top-two logit gap within a few multiples of 1e-5 (near-ties)"
+    tiny_temperature = 1e-5
+
+    def speculative_generate(self, target, draft, prompt_ids, max_new_tokens, k=4,
+                             temperature=0.0, stop_ids=(), generator=None, *, top_k=0,
+                             top_p=1.0):
+        if temperature == 0:
+            temperature = self.tiny_temperature
+        return super().speculative_generate(target, draft, prompt_ids, max_new_tokens, k=k,
+                                            temperature=temperature, stop_ids=stop_ids,
+                                            generator=generator, top_k=top_k, top_p=top_p)
+
+
 # ============================================================== perfect_draft
 class MissingBonus(Speculator):
     """No bonus token when all k proposals are accepted.
@@ -489,7 +513,7 @@ MUTANTS = [
     DraftQWithoutTemperature, DraftQWithoutTopK, GreedyDraftReportsSoftmax,
     TargetWithoutTemperature, TargetWithoutTopP, GreedyBonusUnderSampling, WrongPositionQ,
     # greedy
-    VerifyOffByOne, BonusWrongPosition, CommitsRejectedProposal,
+    VerifyOffByOne, BonusWrongPosition, CommitsRejectedProposal, TinyTemperatureGreedy,
     # perfect_draft
     MissingBonus, AcceptanceOverKPlusOne,
     # cache
