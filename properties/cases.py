@@ -150,12 +150,23 @@ class BatchCase:
 
 @dataclass(frozen=True)
 class TreeCase:
+    """One call of tree_generate: tree[d] children under every node at depth d; greedy at
+    temperature 0, else sampled with a generator seeded from `seed`."""
+
     target: object
     draft: DraftSpec
     prompt: tuple
     max_new_tokens: int
     tree: tuple = (2, 2, 2)
     stop_ids: tuple = ()
+    temperature: float = 0.0
+    seed: int = 0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def replace(self, **changes) -> "TreeCase":
+        from dataclasses import replace
+        return replace(self, **changes)
 
 
 def namespace() -> dict:

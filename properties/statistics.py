@@ -44,6 +44,7 @@ DELTA_SEQUENCE = 0.12    # joint law of the first L tokens, per engine example (
 DELTA_SEQUENCE_QWEN3 = 0.15  # the same on qwen3 models, whose forwards cost more
 DELTA_BATCHED = 0.15     # joint law of the first L tokens of each batched prompt
 DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
+DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
 
 # Checks performed in this process (the conformance summary adds them up across workers).
 checks_run = 0

@@ -24,7 +24,8 @@ from properties.models import DraftSpec, Qwen3Spec, TableSpec, draft_variants
 
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
            "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
-           "sampling_cases", "batch_cases", "tree_cases"]
+           "sampling_cases", "batch_cases", "tree_cases",
+           "tree_sampling_cases"]
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -160,8 +161,33 @@ def batch_cases(draw, rows=(2, 4), vocab=(2, 24), max_new=(0, 16), k=(1, 6),
 def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
                shapes=((2, 2, 2), (1,), (3,), (2, 1), (1, 1, 1, 1), (3, 2), (2, 2, 1, 1))
                ) -> TreeCase:
+    """Greedy tree runs on qwen3 models: several shapes, any draft, sometimes a stop id."""
     target = draw(qwen3_specs(vocab=vocab))
     return TreeCase(target=target, draft=draw(draft_specs(target)),
                     prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
                     tree=draw(st.sampled_from(shapes)),
-                    stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1))))
+                    stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1))),
+                    seed=draw(seeds()))
+
+
+@st.composite
+def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), (2, 1)),
+                        top_k: bool = False, top_p: bool = False, stops: bool = False) -> TreeCase:
+    """Sampled tree runs whose first L tokens have an outcome space small enough for an exact
+    chi-square test: one-layer qwen3 targets, vocabularies of 3-4, L of 2-3 (at most 32
+    outcomes), drafts unlike the target first (rejections, so every sibling gets tried)."""
+    target = draw(qwen3_specs(vocab=vocab, layers=(1,)))
+    draft = draw(draft_specs(target, ("random", "negated", "noisy", "rolled")))
+    L = draw(st.integers(2, 3))
+    if target.vocab ** L > 32:
+        L = 2
+    case = TreeCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
+                    max_new_tokens=L, tree=draw(st.sampled_from(shapes)),
+                    temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
+    if top_k:
+        case = case.replace(top_k=draw(st.integers(2, max(2, target.vocab - 1))))
+    if top_p:
+        case = case.replace(top_p=draw(st.sampled_from((0.6, 0.8, 0.9, 0.4))))
+    if stops:
+        case = case.replace(stop_ids=(draw(st.integers(0, target.vocab - 1)),))
+    return case

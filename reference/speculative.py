@@ -222,6 +222,28 @@ def _stats(output, rounds, accepted_total, proposed_total):
 
 
 @torch.inference_mode()
+def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=CHAPTER_TREE, stop_ids=(), *,
+                  temperature=0.0, generator=None, top_k=0, top_p=1.0):
+    """Tree speculation (see tree.py), the kit's tree level: (tokens, stats).
+
+    tree[d] is the number of children of every node at depth d. At temperature 0 the children
+    are the draft's top tokens and the output is the target's greedy continuation; above it the
+    children are i.i.d. draws from the draft and the output is distributed exactly as the
+    target's sampling (temperature, top_k, top_p as in the chain).
+    """
+    ids, stop = _check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
+    check_sampling_args(temperature, top_k, top_p)
+    if isinstance(draft, PromptLookup):
+        raise ValueError("tree_generate needs a model draft (it ranks and samples the draft's "
+                         "distributions), got a PromptLookup")
+    if _vocab_size(draft) != _vocab_size(target):
+        raise ValueError(f"draft and target must share a vocabulary: draft vocab_size="
+                         f"{_vocab_size(draft)}, target vocab_size={_vocab_size(target)}")
+    return _tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop, tree,
+                          temperature, top_k, top_p, generator)
+
+
+@torch.inference_mode()
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
                          stop_ids=(), generator=None, *, top_k=0, top_p=1.0, adaptive=False,
                          draft_cost=0.05, tree=False):
@@ -230,8 +252,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
 
     draft: a model sharing the target's vocabulary, or a PromptLookup.
     adaptive: treat k as the largest k, choose each round's k by expected speedup.
-    tree: greedy tree verification instead of a chain (see tree.py): True for the chapter's
-        top-2 at 3 depths, or the branching factor per depth, e.g. (3, 2, 1); k is then unused.
+    tree: tree verification instead of a chain (see tree.py; greedy, or exact sampling at a
+        temperature): True for the chapter's 2 children at 3 depths, or the branching factor
+        per depth, e.g. (3, 2, 1); k is then unused.
     """
     ids, stop = _check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
@@ -243,12 +266,13 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         raise ValueError(f"draft and target must share a vocabulary: draft vocab_size="
                          f"{_vocab_size(draft)}, target vocab_size={vocab}")
     if tree:
-        if temperature != 0 or adaptive or lookup:
-            raise ValueError("tree=True is greedy tree verification with a model draft: it needs "
-                             f"temperature=0, adaptive=False and a model draft, got temperature="
-                             f"{temperature}, adaptive={adaptive}, draft={type(draft).__name__}")
-        branching = CHAPTER_TREE if tree is True else tuple(tree)
-        return _tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop, branching)
+        if adaptive or lookup:
+            raise ValueError("tree=True is tree verification with a model draft: it needs "
+                             f"adaptive=False and a model draft, got adaptive={adaptive}, "
+                             f"draft={type(draft).__name__}")
+        branching = CHAPTER_TREE if tree is True else tree
+        return _tree_generate(target, draft, ids.to(_device(target)), max_new_tokens, stop,
+                              branching, temperature, top_k, top_p, generator)
     device = _device(target)
     ids = ids.to(device)
     chooser = _AdaptiveK(k, draft_cost) if adaptive else None

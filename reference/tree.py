@@ -1,16 +1,43 @@
-"""Greedy tree verification: several candidate continuations checked in one target call.
+"""Tree verification: several candidate continuations checked in one target call.
 
-The draft proposes its top-b tokens at each depth (the chapter's tree: b = 2 at 3 depths,
-2 + 4 + 8 = 14 nodes). The block fed to the target is `last` followed by the nodes in
-breadth-first order; a node's position is base + its depth and it attends to the committed
-prefix and its own ancestors only, so its logits are exactly those the target would give after
-that path. The longest path on which every node equals the target's argmax is committed, plus
-the target's own token after it, and that path's cache entries are moved into place.
+The draft grows a tree below `last`: branching[d] children under every node at depth d (the
+chapter's tree is (2, 2, 2): 2 + 4 + 8 = 14 nodes). The block fed to the target is `last`
+followed by the nodes in breadth-first order; a node's position is base + its depth and it
+attends to the committed prefix and its own ancestors only, so its logits are exactly those
+the target would give after that path. One path is committed, plus one token after it, and
+that path's cache entries are moved into place.
+
+Greedy (temperature 0): a node's children are the draft's top-b tokens (distinct); the longest
+path on which every node equals the target's argmax is committed, then the target's argmax.
+
+Sampling (temperature > 0): a node's children are b draws from the draft's distribution q at
+that node, i.i.d., WITH replacement (a repeated sibling token is allowed), all from the same q.
+Walking down from the root, each node tries its children in turn (recursive rejection):
+
+    r = p (the target's distribution at the node)
+    for each child c: accept c with probability min(1, r(c) / q(c)); stop at the first accepted
+                      on rejection: r = max(r - q, 0) / sum(max(r - q, 0))
+    if every child was rejected (or the node is a leaf): commit a draw from r, end the round.
+
+Proof that the committed token at a node is distributed as p. Let T(r, j) be the law of what
+the loop commits when it reaches child j with current distribution r. Child j is a fresh draw
+from q, independent of the earlier children and of their accept tests, so it is accepted at
+token x with probability q(x) min(1, r(x) / q(x)) = min(q(x), r(x)); it is rejected with
+probability 1 - sum min(q, r) = sum max(r - q, 0) = Z, and then the loop goes on with
+r' = max(r - q, 0) / Z. By induction on the children left, T(r', j + 1) = r' (after the last
+child, the draw from r' is r' by definition), so T(r, j) = min(q, r) + Z r' = min(q, r) +
+max(r - q, 0) = r. Hence T(p, 1) = p. The subtree under the accepted child was drawn from
+the draft given that child's path, independently of the tests above it, so the next node is
+in the same situation: every committed token is distributed as the target's next-token law
+given the committed prefix, which is the target's ancestral sampling (chain rule). The proof
+needs q unchanged for every sibling: that is exactly why children are drawn with replacement.
+Z = 0 means r <= q everywhere, i.e. r == q, where rejection has probability 0; with rounding
+it falls back to r. Temperature, top-k and top-p filter p and q exactly as in the chain.
 """
 
 import torch
 
-from reference.sampling import check_logits
+from reference.sampling import check_logits, greedy_token, probs_from_logits
 
 CHAPTER_TREE = (2, 2, 2)
 
@@ -25,7 +52,9 @@ class Tree:
     """Node 0 is `last`; nodes are numbered breadth-first, each with a parent and a depth."""
 
     def __init__(self, branching):
-        if not branching or any(not isinstance(b, int) or b < 1 for b in branching):
+        if (isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__")
+                or not branching
+                or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in branching)):
             raise ValueError(f"tree branching must be a non-empty sequence of ints >= 1, got {branching!r}")
         self.branching = tuple(branching)
         self.parent, self.depth = [-1], [0]
@@ -39,6 +68,8 @@ class Tree:
                     next_frontier.append(len(self.parent) - 1)
             frontier = next_frontier
         self.size = len(self.parent)
+        self.children = [[c for c in range(self.size) if self.parent[c] == node]
+                         for node in range(self.size)]
         # ancestors[i, j]: node j is node i or one of its ancestors.
         self.ancestors = torch.eye(self.size, dtype=torch.bool)
         for i in range(1, self.size):
@@ -57,9 +88,95 @@ class Tree:
         return torch.tensor([[base + self.depth[i] for i in nodes]], device=device)
 
 
-def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TREE):
-    """Greedy speculative decoding with a token tree; ids [P] on the target's device."""
+class Sampler:
+    """The round's token choices: greedy (temperature 0) or draws from filtered distributions."""
+
+    def __init__(self, temperature, top_k, top_p, generator):
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.generator = generator
+
+    @property
+    def greedy(self):
+        return self.temperature == 0
+
+    def probs(self, logits):
+        return probs_from_logits(logits.double(), self.temperature, self.top_k, self.top_p)
+
+    def draw(self, probs):
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def uniform(self, device):
+        # u is uniform on [0, 1), so P(u < ratio) = min(1, ratio) exactly.
+        return torch.rand((), generator=self.generator, dtype=torch.float64, device=device)
+
+
+def residual(r, q):
+    """max(r - q, 0) normalized; r itself when that is empty (r == q up to rounding)."""
+    rest = (r - q).clamp_min(0)
+    total = rest.sum()
+    return rest / total if total > 0 else r
+
+
+def draft_tree(draft, d_cache, tree, last, base, sampler, device):
+    """The draft fills the tree: one forward per depth over that depth's nodes.
+
+    Returns (tokens [size] as a list, q: node -> the distribution its children were drawn from,
+    sampling only)."""
+    tokens, q_at = [last] + [0] * (tree.size - 1), {}
+    for d in range(len(tree.branching)):
+        nodes = tree.level(d)
+        feed = torch.tensor([[tokens[i] for i in nodes]], device=device)
+        logits = draft(feed, d_cache, tree.positions(nodes, base, device),
+                       tree.mask(nodes, base, device))[0]                   # [len(nodes), V]
+        for row, node in enumerate(nodes):
+            kids = tree.children[node]
+            if sampler.greedy:
+                choices = top_tokens(logits[row], len(kids))
+            else:
+                q_at[node] = sampler.probs(logits[row])
+                # i.i.d. with replacement, every sibling from the same q (the proof needs it)
+                choices = [sampler.draw(q_at[node]) for _ in kids]
+            for child, token in zip(kids, choices):
+                tokens[child] = token
+    return tokens, q_at
+
+
+def greedy_path(tree, tokens, target_logits):
+    """Follow the target's argmax while a child matches it -> (path, next token)."""
+    path, node = [], 0
+    while True:
+        choice = int(greedy_token(target_logits[node]))
+        match = [c for c in tree.children[node] if tokens[c] == choice]
+        if not match:
+            return path, choice
+        node = match[0]
+        path.append(node)
+
+
+def sampled_path(tree, tokens, q_at, target_logits, sampler):
+    """Recursive rejection from the root down (see the module docstring) -> (path, next token)."""
+    path, node = [], 0
+    while True:
+        r = sampler.probs(target_logits[node])                               # [V], p at the node
+        chosen = None
+        for child in tree.children[node]:
+            q, x = q_at[node], tokens[child]
+            if sampler.uniform(r.device) < r[x] / q[x]:
+                chosen = child
+                break
+            r = residual(r, q)  # carried to the next sibling
+        if chosen is None:
+            return path, sampler.draw(r)  # all rejected, or a leaf (then r = p: the bonus)
+        path.append(chosen)
+        node = chosen
+
+
+def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TREE,
+                  temperature=0.0, top_k=0, top_p=1.0, generator=None):
+    """Speculative decoding with a token tree; ids [P] on the target's device (checked by the
+    caller, reference.speculative.tree_generate). Greedy at temperature 0, else exact sampling."""
     tree = Tree(branching)
+    sampler = Sampler(temperature, top_k, top_p, generator)
     depth = len(tree.branching)
     device = ids.device
     capacity = ids.numel() + max_new_tokens + tree.size
@@ -72,31 +189,17 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
     while len(output) < max_new_tokens:
         rounds += 1
         base = t_cache.length
-        tokens = [last] + [0] * (tree.size - 1)
-        # Draft: one forward per depth over that depth's nodes; children are its top-b tokens.
-        for d in range(depth):
-            nodes = tree.level(d)
-            feed = torch.tensor([[tokens[i] for i in nodes]], device=device)
-            logits = draft(feed, d_cache, tree.positions(nodes, base, device),
-                           tree.mask(nodes, base, device))[0]
-            children = tree.level(d + 1)
-            for row, node in enumerate(nodes):
-                kids = [c for c in children if tree.parent[c] == node]
-                for child, token in zip(kids, top_tokens(logits[row], tree.branching[d])):
-                    tokens[child] = token
+        tokens, q_at = draft_tree(draft, d_cache, tree, last, base, sampler, device)
         # Target: every node in one forward.
         every = list(range(tree.size))
         target_logits = target(torch.tensor([tokens], device=device), t_cache,
-                               tree.positions(every, base, device), tree.mask(every, base, device))[0]
-        path, node = [], 0
-        while True:
-            choice = int(target_logits[node].argmax())
-            match = [c for c in range(tree.size) if tree.parent[c] == node and tokens[c] == choice]
-            if not match:
-                break
-            node = match[0]
-            path.append(node)
-        new_tokens = [tokens[i] for i in path] + [choice]
+                               tree.positions(every, base, device),
+                               tree.mask(every, base, device))[0]              # [size, V]
+        if sampler.greedy:
+            path, after = greedy_path(tree, tokens, target_logits)
+        else:
+            path, after = sampled_path(tree, tokens, q_at, target_logits, sampler)
+        new_tokens = [tokens[i] for i in path] + [after]
         accepted_total += len(path)
         # Keep `last` and the accepted path, contiguous after the prefix. The draft never fed
         # the leaves, so a path that reaches full depth leaves one token for the draft to feed.

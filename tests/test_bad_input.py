@@ -59,7 +59,8 @@ def test_logits_with_nan():
     ({"temperature": -1.0}, r"temperature must be >= 0 .* got -1.0"),
     ({"top_p": 2.0}, r"top_p must be in \(0, 1\] .* got 2.0"),
     ({"top_k": -2}, r"top_k must be an int >= 0 .* got -2"),
-    ({"tree": True, "temperature": 0.5}, r"tree=True is greedy .* temperature=0.5"),
+    ({"tree": True, "adaptive": True}, r"tree=True is tree verification .* adaptive=True"),
+    ({"tree": (2, 0)}, r"tree branching must be a non-empty sequence of ints >= 1, got \(2, 0\)"),
 ])
 def test_speculative_generate_arguments(target, kwargs, match):
     args = {"prompt_ids": [1, 2, 3], "max_new_tokens": 4} | kwargs

@@ -173,7 +173,8 @@ def test_exact_sampler_passes_at_the_design_alpha():
 # --------------------------------------------------------------------------- power
 
 DESIGNS = [("rule", statistics.DELTA_RULE), ("sequence", statistics.DELTA_SEQUENCE),
-           ("sequence-qwen3", statistics.DELTA_SEQUENCE_QWEN3), ("batched", statistics.DELTA_BATCHED)]
+           ("sequence-qwen3", statistics.DELTA_SEQUENCE_QWEN3), ("batched", statistics.DELTA_BATCHED),
+           ("tree", statistics.DELTA_TREE)]
 
 
 @pytest.mark.parametrize("design,delta", DESIGNS)

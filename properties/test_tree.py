@@ -1,0 +1,106 @@
+"""Family "tree": tree verification (tree_generate), greedy and exact sampling.
+
+* greedy: tree == chain == target greedy, for several tree shapes and drafts;
+* sampling: at a temperature (and with top-k / top-p where tree_generate names them) the joint
+  law of the first L tokens is the target's: one chi-square check per example at alpha = 2e-6,
+  n from the power calculation so that total variation >= DELTA_TREE (0.15) is detected with
+  power 0.99 (n is about 600-1,000 runs for the 8-30 possible outputs of these examples);
+* cache: at every call the cache entries below the round are the committed sequence's, in
+  place (keys and values equal to a fresh prefill: tokens, positions, the accepted path's);
+* bounds: max_new_tokens, stop ids inside an accepted path, stats.
+
+The canonical examples below run in every profile; each is chosen so that one kind of tree
+sampling bug shows (tests/mutants/tree.py): a one-level tree of 3 children with a draft unlike
+the target (every sibling tried, the residual carried twice, a repeated sibling token common),
+a two-level tree whose full paths are accepted often (the token after a leaf), and filters.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from properties import oracle, profiles
+from properties.cases import TreeCase
+from properties.checks.tree import (check_tree_bounds, check_tree_cache, check_tree_greedy,
+                                    check_tree_sampling)
+from properties.models import DraftSpec, Qwen3Spec
+from properties.strategies import tree_cases, tree_sampling_cases
+
+pytestmark = pytest.mark.family("tree")
+
+# Sampling examples (L tokens over a vocabulary of 3-4: 9-27 possible outputs).
+S_SIBLINGS = TreeCase(Qwen3Spec(3, seed=5), DraftSpec("random", 1), (1,), 2, tree=(3,),
+                      temperature=0.8, seed=11)
+S_PATHS = TreeCase(Qwen3Spec(3, seed=7), DraftSpec("noisy", 2), (2, 0), 3, tree=(2, 2),
+                   temperature=1.3, seed=12)
+S_FILTERS = TreeCase(Qwen3Spec(4, seed=2), DraftSpec("random", 3), (1,), 2, tree=(2, 2),
+                     temperature=1.3, seed=13, top_k=3, top_p=0.8)
+# Cache examples: several rounds, rejections and full paths.
+C_GREEDY = TreeCase(Qwen3Spec(16, seed=3, layers=2), DraftSpec("noisy", 1), (3, 1, 4), 14,
+                    tree=(2, 2))
+C_SAMPLED = TreeCase(Qwen3Spec(6, seed=4), DraftSpec("random", 2), (1, 2), 10, tree=(2, 2),
+                     temperature=1.0, seed=14)
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.6)
+@given(case=tree_cases(vocab=(4, 24)))
+def test_tree_equals_chain_equals_greedy(impl, case):
+    check_tree_greedy(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.3)
+@given(data=st.data())
+def test_tree_stops_inside_a_path(impl, data):
+    """The stop id is one of the target's own greedy tokens, so it lands inside an accepted
+    path (perfect and noisy drafts accept whole paths)."""
+    case = data.draw(tree_cases(vocab=(4, 24), max_new=(4, 16)), label="case")
+    case = case.replace(draft=DraftSpec(data.draw(st.sampled_from(("perfect", "noisy")),
+                                                  label="draft")))
+    greedy, _ = oracle.greedy(case.target, case.prompt, case.max_new_tokens)
+    case = case.replace(stop_ids=(greedy[len(greedy) // 2],))
+    check_tree_greedy(impl, case)
+    check_tree_bounds(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", keywords=("temperature",))
+@profiles.deterministic(0.2)
+@given(case=tree_sampling_cases(stops=True, vocab=(3, 6)))
+def test_tree_sampled_stops_and_budgets(impl, case):
+    check_tree_bounds(impl, case.replace(max_new_tokens=case.max_new_tokens + 4), runs=8)
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.2)
+@given(case=tree_cases(vocab=(4, 24), max_new=(6, 16)))
+@example(case=C_GREEDY)
+def test_tree_cache_in_place(impl, case):
+    check_tree_cache(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", keywords=("temperature",))
+@profiles.deterministic(0.2)
+@given(case=tree_sampling_cases(vocab=(4, 8)))
+@example(case=C_SAMPLED)
+def test_tree_sampled_cache_in_place(impl, case):
+    check_tree_cache(impl, case.replace(max_new_tokens=case.max_new_tokens + 6))
+
+
+@pytest.mark.needs(kind="qwen3", keywords=("temperature",))
+@profiles.statistical(checks=1, scale=0.5)
+@given(case=tree_sampling_cases())
+@example(case=S_SIBLINGS)
+@example(case=S_PATHS)
+def test_tree_sampling_exact(impl, case):
+    check_tree_sampling(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", keywords=("temperature", "top_k", "top_p"))
+@profiles.statistical(checks=1, scale=0.5)
+@given(case=tree_sampling_cases(vocab=(4, 4), top_k=True, top_p=True))
+@example(case=S_FILTERS)
+def test_tree_filters_exact(impl, case):
+    check_tree_sampling(impl, case)
