@@ -11,6 +11,9 @@ from hypothesis.errors import InvalidArgument
 
 from properties.profiles import default_profile, register_profiles
 
+# options of the served-engine kit (--baseline, --served-*): properties/serve/plugin.py
+pytest_plugins = ["properties.serve.plugin"]
+
 register_profiles()
 try:
     settings.load_profile(default_profile())

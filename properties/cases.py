@@ -171,5 +171,6 @@ class TreeCase:
 
 def namespace() -> dict:
     """Names a case's repr may use (for eval in the replay tool)."""
+    from properties.serve.cases import ServedCase  # served engines (properties/serve)
     return {cls.__name__: cls for cls in (PairSpec, RuleCase, EngineCase, BatchCase, TreeCase,
-                                          TableSpec, Qwen3Spec, DraftSpec)}
+                                          TableSpec, Qwen3Spec, DraftSpec, ServedCase)}

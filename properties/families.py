@@ -50,8 +50,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows"),
     Family("tree", "tree",
            "tree verification: greedy == target greedy, sampled law exact, caches, bounds"),
-    Family("served", "served",
-           "a served engine over an OpenAI-compatible HTTP API"),
+    # served engines (--impl=openai:URL, properties/serve): one family per property
+    Family("served_greedy", "served",
+           "a served engine's greedy output is the target's, and the unspeculated server's"),
+    Family("served_sequence", "served",
+           "a served engine samples the first L tokens exactly as the target; seed honoured",
+           "TV >= 0.15 in the joint law of the outputs"),
+    Family("served_bounds", "served",
+           "a served engine's max_tokens, stop ids (inside accepted blocks) and support"),
+    Family("served_perfect_draft", "served",
+           "a served engine with the target as its draft accepts every proposal"),
 )}
 
 LEVEL_ORDER = ("rule", "engine", "batched", "tree", "served")

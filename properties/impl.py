@@ -254,6 +254,9 @@ def _not_applicable(spec: str, declared) -> dict[str, str]:
 
 def load(spec: str) -> Impl:
     """Resolve --impl=spec into an Impl, or raise ImplError with one clear message."""
+    if spec and spec.startswith("openai:"):  # a served engine over HTTP (properties/serve)
+        from properties.serve.impl import make_impl
+        return make_impl(spec)
     if not spec:
         raise ImplError("--impl is empty: give reference, fast, a module name or a .py path")
     module_spec, attr = _split_attr(ALIASES.get(spec, spec))

@@ -1,0 +1,325 @@
+"""The served-engine properties: each check sends requests, compares with the float64 truth,
+and raises the kit's PropertyFailure (properties.harness.fail) with a replayable case.
+
+    check_identity       before anything else: the server holds the kit's target (probe prompts)
+    check_greedy         temperature 0: each token is the float64 argmax (ties within the stated
+                         tolerance aside), the length and stops are right, and the output equals
+                         the baseline server's (the same model without speculation)
+    check_sequence       sampling: the joint law of the first L tokens, chi-square against the
+                         exact law, alpha and power as everywhere in the kit
+    check_seed           the same seed twice gives the same output; different seeds do not
+    check_bounds         max_tokens and stop ids, greedy and sampled (stops inside accepted blocks)
+    check_perfect_draft  with the target as its own draft, the server's acceptance counters
+                         show every proposal accepted
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from properties import statistics
+from properties.harness import fail
+from properties.serve import oracle
+from properties.serve.cases import ServedCase
+from properties.serve.client import Completion, Request, ServedError
+from properties.serve.metrics import acceptance_counters
+
+# The design deviation of the served sampling check: total variation >= DELTA_SERVED in the
+# joint law of the first L tokens is detected with power POWER at level ALPHA.
+DELTA_SERVED = 0.15
+# Completions per request where the server honours `n` (fewer requests, same samples).
+N_PER_REQUEST = 16
+# Probe prompts of the identity check (before any property runs).
+PROBES = ((0, 1, 2, 3), (31, 7, 7, 19, 4), (5,))
+PROBE_TOKENS = 8
+
+_MODULE = "properties.serve.checks"
+
+
+class Refusal(Exception):
+    """The kit refuses to check this server: the message says why and what to do."""
+
+
+def _seed(case_seed: int, i: int) -> int:
+    return (case_seed * 1_000_003 + i * 7919 + 1) % 2**31
+
+
+def _request(case: ServedCase, **changes) -> Request:
+    fields = dict(prompt=tuple(case.prompt), max_tokens=case.max_tokens,
+                  temperature=case.temperature, top_k=case.top_k, top_p=case.top_p,
+                  stop_ids=tuple(case.stop_ids), seed=case.seed)
+    fields.update(changes)
+    return Request(**fields)
+
+
+def _send(impl, prop, check, case, client, requests):
+    try:
+        return client.complete_many(requests)
+    except ServedError as exc:
+        fail(impl, prop, check, case, f"the server failed a request: {exc}")
+
+
+# --------------------------------------------------------------------------- helpers
+
+def greedy_divergence(prompt, tokens, tolerance: float):
+    """None if every token is a float64 argmax within `tolerance` of the largest logit, else
+    (position, served token, argmax token, gap between them)."""
+    rows = oracle.logits(prompt, tokens)
+    for i, token in enumerate(tokens):
+        if not 0 <= token < rows.shape[1]:
+            return i, token, int(rows[i].argmax()), math.inf
+        best = int(rows[i].argmax())
+        gap = float(rows[i, best] - rows[i, token])
+        if gap > tolerance:
+            return i, token, best, gap
+    return None
+
+
+def ties(prompt, tokens) -> list[int]:
+    """Positions where the served token is not the exact float64 argmax (within tolerance)."""
+    rows = oracle.logits(prompt, tokens)
+    return [i for i, t in enumerate(tokens) if int(rows[i].argmax()) != t]
+
+
+def bounds_violation(case: ServedCase, completion: Completion) -> str | None:
+    """What is wrong with the output's length or stops, if anything."""
+    tokens = list(completion.tokens)
+    stops = set(case.stop_ids)
+    if len(tokens) > case.max_tokens:
+        return f"{len(tokens)} tokens returned for max_tokens={case.max_tokens}"
+    for i, t in enumerate(tokens):
+        if t in stops and i != len(tokens) - 1:
+            return (f"the output goes on after stop id {t} at position {i}: "
+                    f"{tokens[i + 1:][:8]} follow it")
+    ended_by_stop = bool(tokens) and tokens[-1] in stops
+    if not ended_by_stop and len(tokens) < case.max_tokens:
+        return (f"only {len(tokens)} of max_tokens={case.max_tokens} tokens and no stop id at "
+                f"the end (finish_reason={completion.finish_reason!r})")
+    reason = completion.finish_reason
+    if reason is not None and ended_by_stop and len(tokens) < case.max_tokens and reason != "stop":
+        return f"ended by stop id {tokens[-1]} but finish_reason={reason!r} (expected 'stop')"
+    if reason is not None and not ended_by_stop and reason != "length":
+        return f"ran to max_tokens={case.max_tokens} but finish_reason={reason!r} (expected 'length')"
+    return None
+
+
+# --------------------------------------------------------------------------- identity
+
+def check_identity(client, tolerance: float, role: str = "--impl") -> None:
+    """Raise Refusal unless the server's greedy output on the probe prompts is the kit
+    target's (tie-aware). Runs before any property, so a wrong model is one clear message."""
+    try:
+        client.resolve()
+        answers = client.complete_many([Request(p, PROBE_TOKENS) for p in PROBES])
+    except ServedError as exc:
+        raise Refusal(f"{role} server {client.url}: {exc}") from None
+    for prompt, (completion,) in zip(PROBES, answers):
+        expected = oracle.greedy(prompt, PROBE_TOKENS)
+        got = list(completion.tokens)
+        bad = greedy_divergence(prompt, got, tolerance) if len(got) == PROBE_TOKENS else (
+            len(got), None, None, None)
+        if bad is not None:
+            raise Refusal(
+                f"{role} server {client.url} (model {client.model!r}) does not serve the kit's "
+                f"target: greedy on the probe prompt {list(prompt)} gave {got}, the target's "
+                f"float64 greedy is {expected} (first wrong token at position {bad[0]}). Serve "
+                f"the exported target: python -m properties.serve export DIR, then serve DIR/target "
+                f"(python -m properties.serve recipes DIR prints the commands).")
+
+
+# --------------------------------------------------------------------------- greedy
+
+CHECK_GREEDY = f"{_MODULE}:check_greedy"
+
+
+def check_greedy(impl, case: ServedCase):
+    prop = "served_greedy: output equals the float64 target's greedy output and the baseline's"
+    case = case.replace(temperature=0.0, top_k=0, top_p=1.0)
+    tol = impl.logit_tolerance
+    (served,), = _send(impl, prop, CHECK_GREEDY, case, impl.client, [_request(case)])
+    problem = bounds_violation(case, served)
+    if problem:
+        fail(impl, prop, CHECK_GREEDY, case, f"{problem}\nserved: {list(served.tokens)}")
+    bad = greedy_divergence(case.prompt, served.tokens, tol)
+    if bad is not None:
+        i, token, best, gap = bad
+        expected = oracle.greedy(case.prompt, case.max_tokens, case.stop_ids)
+        fail(impl, prop, CHECK_GREEDY, case,
+             f"position {i}: served token {token}, but the target's argmax there is {best}, "
+             f"{gap:.4g} logits higher (ties are gaps <= {tol:g})\nserved:          "
+             f"{list(served.tokens)}\ntarget's greedy: {expected}")
+    if impl.baseline is None:
+        return
+    (base,), = _send(impl, prop, CHECK_GREEDY, case, impl.baseline, [_request(case)])
+    if base.tokens == served.tokens:
+        return
+    i = next((j for j, (a, b) in enumerate(zip(served.tokens, base.tokens)) if a != b),
+             min(len(served.tokens), len(base.tokens)))
+    prefix = list(served.tokens[:i])
+    row = oracle.logits(case.prompt, prefix + [0])[-1]
+    a = served.tokens[i] if i < len(served.tokens) else None
+    b = base.tokens[i] if i < len(base.tokens) else None
+    if a is not None and b is not None and abs(float(row[a] - row[b])) <= tol:
+        return  # a rounding tie between the two servers, both within the tolerance
+    fail(impl, prop, CHECK_GREEDY, case,
+         f"the output differs from the baseline server's ({impl.baseline.url}, the same model "
+         f"without speculation) at position {i}, which is no tie\nserved:   "
+         f"{list(served.tokens)}\nbaseline: {list(base.tokens)}")
+
+
+# --------------------------------------------------------------------------- sampling
+
+CHECK_SEQUENCE = f"{_MODULE}:check_sequence"
+
+
+def sampling_requests(client, case: ServedCase, n: int) -> list[Request]:
+    per = N_PER_REQUEST if client.api == "openai" and client.supports_n is not False else 1
+    out, i = [], 0
+    while i < n:
+        take = min(per, n - i)
+        out.append(_request(case, seed=_seed(case.seed, i), n=take))
+        i += take
+    return out
+
+
+def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
+    prop = "served_sequence: joint law of the first L tokens"
+    law = oracle.law(case.prompt, case.max_tokens, case.temperature, case.top_k, case.top_p,
+                     case.stop_ids)
+    the_plan = statistics.plan(list(law.values()), delta)
+    answers = _send(impl, prop, CHECK_SEQUENCE, case, impl.client,
+                    sampling_requests(impl.client, case, the_plan.n))
+    outputs = [c for answer in answers for c in answer][: the_plan.n]
+    for c in outputs:
+        problem = bounds_violation(case, c)
+        if problem:
+            fail(impl, prop, CHECK_SEQUENCE, case, f"a sampled output breaks the bounds: {problem}"
+                                                   f"\nserved: {list(c.tokens)}")
+    observed = Counter(c.tokens for c in outputs)
+    first = outputs[0].tokens
+    m = min(len(outputs), 20)
+    if all(c.tokens == first for c in outputs[:m]) and law.get(first, 0.0) ** (m - 1) < 1e-9:
+        fail(impl, prop, CHECK_SEQUENCE, case,
+             f"the server ignores `seed` or the sampling settings: {m} requests with distinct "
+             f"seeds all returned {list(first)}, whose exact probability is "
+             f"{law.get(first, 0.0):.3g} each (chance of this: below 1e-9). This is no statement "
+             f"about the law of speculative sampling; fix the seeding first.")
+    result = statistics.chi_square_gof(observed, law)
+    if not result.passed:
+        fail(impl, prop, CHECK_SEQUENCE, case,
+             f"the outputs are not distributed as the target's sampling (temperature="
+             f"{case.temperature}, top_k={case.top_k}, top_p={case.top_p}, L={case.max_tokens}):"
+             f"\n{result.summary()}\n(sample plan: {the_plan.describe()}; {len(law)} possible "
+             f"outputs)")
+    return result
+
+
+CHECK_SEED = f"{_MODULE}:check_seed"
+
+
+def _probability(prompt, tokens, case: ServedCase) -> float:
+    from reference.sampling import probs_from_logits
+    rows = oracle.logits(prompt, tokens)
+    probs = probs_from_logits(rows, case.temperature, case.top_k, case.top_p)
+    return float(math.prod(float(probs[i, t]) for i, t in enumerate(tokens)))
+
+
+def check_seed(impl, case: ServedCase):
+    """Sequentially (a server may seed one global generator per request): seed s twice, then
+    seed s + 1. Same seed, different outputs: `seed` is ignored (a failure would not replay).
+    Different seeds, the same improbable output: the seed (or a fixed one) overrides sampling."""
+    prop = "served_sequence: seed is honoured"
+    first, = _complete(impl, prop, case, _request(case))
+    again, = _complete(impl, prop, case, _request(case))
+    other, = _complete(impl, prop, case, _request(case, seed=case.seed + 1))
+    if first.tokens != again.tokens:
+        fail(impl, prop, CHECK_SEED, case,
+             f"the server ignores `seed`: two requests with seed={case.seed}, one after the other, "
+             f"returned {list(first.tokens)} and {list(again.tokens)}. Sampling checks stay "
+             f"valid (they need independent samples only), but a failing example will not "
+             f"replay exactly.")
+    chance = _probability(case.prompt, list(first.tokens), case)
+    if other.tokens == first.tokens and chance < 1e-6:
+        fail(impl, prop, CHECK_SEED, case,
+             f"the server ignores `seed`: seeds {case.seed} and {case.seed + 1} both returned "
+             f"{list(first.tokens)}, an output of exact probability {chance:.3g}")
+
+
+def _complete(impl, prop, case, request):
+    try:
+        return impl.client.complete(request)
+    except ServedError as exc:
+        fail(impl, prop, CHECK_SEED, case, f"the server failed a request: {exc}")
+
+
+# --------------------------------------------------------------------------- bounds
+
+CHECK_BOUNDS = f"{_MODULE}:check_bounds"
+SAMPLED_BOUNDS_REQUESTS = 24
+
+
+def check_bounds(impl, case: ServedCase):
+    """Greedy: the output is the target's greedy output cut after its first stop id (which the
+    strategy places inside the continuation, so inside blocks a speculator accepts). Sampled
+    (case.temperature > 0): every output obeys max_tokens and the stops, and every token lies in
+    the sampler's support (top-k / top-p included)."""
+    prop = "served_bounds: max_tokens and stop ids"
+    if case.temperature == 0:
+        (served,), = _send(impl, prop, CHECK_BOUNDS, case, impl.client, [_request(case)])
+        outputs = [served]
+    else:
+        answers = _send(impl, prop, CHECK_BOUNDS, case, impl.client,
+                        sampling_requests(impl.client, case, SAMPLED_BOUNDS_REQUESTS))
+        outputs = [c for a in answers for c in a]
+    from reference.sampling import probs_from_logits
+    for c in outputs:
+        problem = bounds_violation(case, c)
+        if problem:
+            expected = oracle.greedy(case.prompt, case.max_tokens, case.stop_ids)
+            fail(impl, prop, CHECK_BOUNDS, case,
+                 f"{problem}\nserved: {list(c.tokens)}\n" +
+                 (f"target's greedy (cut at the first stop): {expected}" if case.temperature == 0
+                  else ""))
+        if case.temperature == 0:
+            bad = greedy_divergence(case.prompt, c.tokens, impl.logit_tolerance)
+            if bad is not None:
+                fail(impl, prop, CHECK_BOUNDS, case,
+                     f"position {bad[0]}: served token {bad[1]}, the target's argmax is {bad[2]}"
+                     f"\nserved: {list(c.tokens)}")
+        else:
+            rows = probs_from_logits(oracle.logits(case.prompt, c.tokens), case.temperature,
+                                     case.top_k, case.top_p)
+            for i, t in enumerate(c.tokens):
+                if rows[i, t] == 0:
+                    fail(impl, prop, CHECK_BOUNDS, case,
+                         f"position {i}: token {t} has probability 0 under the sampler "
+                         f"(top_k={case.top_k}, top_p={case.top_p})\nserved: {list(c.tokens)}")
+
+
+# --------------------------------------------------------------------------- perfect draft
+
+CHECK_PERFECT_DRAFT = f"{_MODULE}:check_perfect_draft"
+
+
+def check_perfect_draft(impl, case: ServedCase):
+    """With the target drafting for itself, the server's counters must show every drafted
+    token accepted over a batch of greedy requests."""
+    prop = "served_perfect_draft: every proposal of a perfect draft is accepted"
+    try:
+        before = acceptance_counters(impl.client)
+        _send(impl, prop, CHECK_PERFECT_DRAFT, case, impl.client,
+              [_request(case.replace(temperature=0.0), seed=_seed(case.seed, i)) for i in range(8)])
+        after = acceptance_counters(impl.client)
+    except ServedError as exc:
+        fail(impl, prop, CHECK_PERFECT_DRAFT, case, f"cannot read the acceptance counters: {exc}")
+    drafted = after.drafted - before.drafted
+    accepted = after.accepted - before.accepted
+    if drafted <= 0:
+        fail(impl, prop, CHECK_PERFECT_DRAFT, case,
+             f"the server drafted no token over 8 requests of {case.max_tokens} tokens "
+             f"(counters {before} -> {after}): is speculation on?")
+    if accepted != drafted:
+        fail(impl, prop, CHECK_PERFECT_DRAFT, case,
+             f"{accepted} of {drafted} drafted tokens accepted (rate {accepted / drafted:.4f}); "
+             f"a draft identical to the target must be accepted at rate 1")

@@ -1,0 +1,157 @@
+"""pytest options for served engines, and the fixture that hands the served tests their Impl.
+
+    --baseline=URL                  the same model served without speculation: greedy outputs
+                                    must match it (ties within the logit tolerance aside)
+    --served-api=auto|openai|transformers
+                                    the request dialect (auto: tried in that order)
+    --served-model=NAME             the model name to request (default: the first of /v1/models)
+    --served-timeout=SECONDS        per request (default 60)
+    --served-concurrency=N          requests in flight at once (default 8)
+    --served-generation-config=JSON merged into each request's generation_config (dialect
+                                    transformers), e.g. '{"prompt_lookup_num_tokens": 4}'
+    --served-draft=unknown|perfect  perfect: the server drafts with the target itself
+    --served-logit-tolerance=GAP    greedy ties (default 1e-3, for float32 servers)
+
+Before the first served test, the fixture confirms that the server (and the baseline) serve
+the kit's target; otherwise the run stops with one message saying what is served instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+DEFAULTS = {"timeout": 60.0, "concurrency": 8}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("served engines (--impl=openai:URL)")
+    group.addoption("--baseline", default=None, metavar="URL",
+                    help="the same model served without speculation (for greedy equality)")
+    group.addoption("--served-api", default="auto", choices=("auto", "openai", "transformers"),
+                    help="request dialect: openai (vLLM/SGLang extensions) or transformers")
+    group.addoption("--served-model", default=None, metavar="NAME",
+                    help="model name to request (default: the first of GET /v1/models)")
+    group.addoption("--served-timeout", default=str(DEFAULTS["timeout"]), metavar="SECONDS",
+                    help="timeout of one request (default 60)")
+    group.addoption("--served-concurrency", default=str(DEFAULTS["concurrency"]), metavar="N",
+                    help="requests in flight at once (default 8)")
+    group.addoption("--served-generation-config", default=None, metavar="JSON",
+                    help="JSON object merged into each request's generation_config (transformers)")
+    group.addoption("--served-draft", default="unknown", choices=("unknown", "perfect"),
+                    help="perfect: the server's draft is the target (perfect-draft family)")
+    group.addoption("--served-logit-tolerance", default=None, metavar="GAP",
+                    help="float64 top-two logit gap below which a greedy divergence is a tie")
+
+
+def _number(config, name, kind, low):
+    text = config.getoption(name)
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{name}={text}: not a number") from None
+    if not value >= low or value != value or value == float("inf"):
+        raise pytest.UsageError(f"{name}={text}: must be a finite number >= {low}")
+    return value
+
+
+def options(config) -> dict:
+    """The served options, validated (a bad value is one usage error naming it)."""
+    extra = config.getoption("--served-generation-config")
+    if extra is not None:
+        try:
+            extra = json.loads(extra)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--served-generation-config={extra}: not JSON ({exc})") from None
+        if not isinstance(extra, dict):
+            raise pytest.UsageError(f"--served-generation-config={json.dumps(extra)}: must be a "
+                                    f"JSON object")
+    tolerance = config.getoption("--served-logit-tolerance")
+    return {
+        "baseline": config.getoption("--baseline"),
+        "api": config.getoption("--served-api"),
+        "model": config.getoption("--served-model"),
+        "timeout": _number(config, "--served-timeout", float, 1e-3),
+        "concurrency": _number(config, "--served-concurrency", int, 1),
+        "extra": extra or {},
+        "draft": config.getoption("--served-draft"),
+        "tolerance": None if tolerance is None else _number(config, "--served-logit-tolerance",
+                                                            float, 0.0),
+    }
+
+
+def configure(impl, opts: dict) -> None:
+    """Apply the options to a ServedImpl (its client, baseline, tolerance, draft)."""
+    from properties.serve.client import Client
+
+    client = impl.client
+    client.api, client.model = opts["api"], opts["model"]
+    client.timeout, client.concurrency = opts["timeout"], opts["concurrency"]
+    client.extra_generation_config = dict(opts["extra"])
+    if opts["baseline"]:
+        try:
+            impl.baseline = Client(opts["baseline"], api=opts["api"], model=opts["model"],
+                                   timeout=opts["timeout"], concurrency=opts["concurrency"])
+        except ValueError as exc:
+            raise pytest.UsageError(f"--baseline={opts['baseline']}: {exc}") from None
+    if opts["tolerance"] is not None:
+        impl.logit_tolerance = opts["tolerance"]
+    impl.draft = opts["draft"]
+
+
+def _served_impl(config):
+    from properties.serve.impl import ServedImpl
+    impl = getattr(config, "_kit_impl", None)
+    return impl if isinstance(impl, ServedImpl) else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    opts = options(config)
+    impl = _served_impl(config)
+    if impl is not None:
+        configure(impl, opts)
+        config._served_configured = True
+    elif opts["baseline"] and not hasattr(config, "workerinput"):
+        pass  # --baseline without a served --impl: harmless, the served tests do not run
+
+
+@pytest.fixture(scope="session")
+def served(pytestconfig):
+    """The served Impl, configured and confirmed to serve the kit's target."""
+    impl = _served_impl(pytestconfig)
+    if impl is None:
+        spec = getattr(getattr(pytestconfig, "_kit_impl", None), "spec", "?")
+        pytest.skip(f"not applicable: --impl={spec} is not a served engine (--impl=openai:URL)")
+    if not getattr(pytestconfig, "_served_configured", False):
+        configure(impl, options(pytestconfig))
+        pytestconfig._served_configured = True
+    if not getattr(pytestconfig, "_served_confirmed", False):
+        from properties.serve.checks import Refusal, check_identity
+        try:
+            check_identity(impl.client, impl.logit_tolerance, role="--impl")
+            if impl.baseline is not None:
+                check_identity(impl.baseline, impl.logit_tolerance, role="--baseline")
+        except Refusal as exc:
+            pytest.exit(f"the kit refuses to check this server: {exc}", returncode=4)
+        pytestconfig._served_confirmed = True
+    return impl
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    impl = _served_impl(config)
+    if impl is None or hasattr(config, "workerinput"):
+        return
+    lines = []
+    for role, client in (("--impl", impl.client), ("--baseline", impl.baseline)):
+        if client is None or client.traffic.requests == 0:
+            continue
+        t = client.traffic
+        lines.append(f"{role} {client.url} (api {client.api}, model {client.model!r}): "
+                     f"{t.requests} requests, {t.completions} completions, "
+                     f"{t.rate():.1f} requests/s while busy (concurrency {client.concurrency})")
+    if lines:
+        terminalreporter.section("served engine traffic")
+        for line in lines:
+            terminalreporter.write_line(line)

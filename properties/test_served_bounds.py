@@ -1,0 +1,37 @@
+"""Family "served_bounds": max_tokens and stop ids, greedy and sampled.
+
+Greedy: the output is the target's greedy output cut after its first stop id; the stop ids are
+taken from that continuation, so they fall inside blocks a speculator proposes and the server
+accepts. Sampled: every output obeys max_tokens and the stops, and no token outside the
+sampler's support (top-k, top-p) ever appears.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+
+from properties import profiles
+from properties.serve import checks, oracle
+from properties.serve.cases import ServedCase
+from properties.serve.strategies import greedy_cases, sampling_cases
+
+pytestmark = pytest.mark.family("served_bounds")
+
+_PROMPT = (3, 9, 27, 3, 9, 27, 3, 9)
+# a stop id at the 6th greedy token of a repeated prompt: inside an accepted lookup block
+STOP_INSIDE = ServedCase(_PROMPT, 16, stop_ids=(oracle.greedy(_PROMPT, 16)[5],))
+
+
+@given(case=greedy_cases(with_stops=True))
+@example(case=STOP_INSIDE)
+@example(case=ServedCase((4, 4, 4, 4), 1))
+@profiles.deterministic()
+def test_greedy_stops_and_length(served, case):
+    checks.check_bounds(served, case)
+
+
+@given(case=sampling_cases(max_len=8, with_stops=True))
+@profiles.deterministic(scale=0.2)
+def test_sampled_stops_length_and_support(served, case):
+    checks.check_bounds(served, case)

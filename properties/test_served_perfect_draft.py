@@ -1,0 +1,36 @@
+"""Family "served_perfect_draft": a server drafting with the target itself accepts every
+proposal, as its own acceptance counters report (vLLM's /metrics spec-decode counters).
+
+Applies when the server was started with the target as its draft (say so with
+--served-draft=perfect) and exports the counters; otherwise not applicable, with the reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+
+from properties import profiles
+from properties.serve import checks, metrics
+from properties.serve.cases import ServedCase
+from properties.serve.strategies import greedy_cases
+
+pytestmark = pytest.mark.family("served_perfect_draft")
+
+
+@pytest.fixture(scope="module")
+def perfect(served):
+    if served.draft != "perfect":
+        pytest.skip("not applicable: the server's draft is not declared to be the target "
+                    "(start it with the target as its draft and pass --served-draft=perfect)")
+    if not metrics.available(served.client):
+        pytest.skip(f"not applicable: {served.client.url} exports no speculative-decoding "
+                    f"acceptance counters at {metrics.PATH}")
+    return served
+
+
+@given(case=greedy_cases())
+@example(case=ServedCase((3, 9, 27, 3, 9, 27), 16))
+@profiles.deterministic(scale=0.2)
+def test_perfect_draft_accepted_at_rate_one(perfect, case):
+    checks.check_perfect_draft(perfect, case.replace(stop_ids=()))
