@@ -9,7 +9,7 @@ import weakref
 
 from fast import checks
 from fast.engine import FastEngine, graphs_wanted, is_drafter
-from fast.tree import TreeShape, check_tree, generate_tree
+from fast.tree import TreeShape, check_tree
 from fast.weights import check_model, model_weights
 
 # target module -> {size key: engine}; only engines with captured graphs are kept.
@@ -97,10 +97,13 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
 
 
 def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
-                  cuda_graphs=None):
-    """Greedy tree speculation for one prompt: (tokens, stats). tree[d] is the branching
-    factor at depth d + 1; the output is exactly the target's greedy continuation."""
+                  temperature=0.0, generator=None, top_k=0, top_p=1.0, cuda_graphs=None):
+    """Tree speculation for one prompt: (tokens, stats). tree[d] is the branching factor at
+    depth d + 1. At temperature 0 the output is exactly the target's greedy continuation;
+    above it, children are i.i.d. draft samples verified by recursive rejection and the output
+    is distributed exactly as the target's sampling (temperature, top_k, top_p)."""
     checks.check_cuda_graphs(cuda_graphs)
+    checks.check_sampling(temperature, top_k, top_p)
     vocab = model_weights(target, "target").shape.vocab_size
     prompt = checks.check_prompt(prompt_ids, vocab, "prompt_ids")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -111,7 +114,8 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), sto
                          f"{type(draft).__name__}")
     size = TreeShape(tree, "cpu").size
     engine = _engine(target, draft, [prompt], [max_new_tokens], size, "tree", tree, cuda_graphs)
-    outputs, stats = generate_tree(engine, [prompt], max_new_tokens, tree, stop_ids)
+    outputs, stats = engine.generate_tree([prompt], max_new_tokens, tree, stop_ids, temperature,
+                                          generator, top_k=top_k, top_p=top_p)
     stats = _single_row(stats)
     stats["tree"] = tree
     return outputs[0], stats

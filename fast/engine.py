@@ -26,6 +26,7 @@ from fast.drafter import ModelDrafter
 from fast.graphs import StepRunner
 from fast.runner import ModelRunner
 from fast.sampling import Sampler
+from fast.tree import TreeShape, check_tree, tree_round
 from fast.verify import greedy_verify, rejection_sample
 from fast.weights import model_weights, unwrap
 
@@ -156,6 +157,28 @@ class FastEngine:
             return rejection_sample(sampler.probs(logits), q, proposals, u[:, :k], u[:, k])
 
         return self._loop(prompts, max_new, stops, width, k, chain_round)
+
+    @torch.no_grad()
+    def generate_tree(self, prompts, max_new_tokens, tree=(2, 2, 2), stop_ids=(),
+                      temperature: float = 0.0, generator=None, *, top_k: int = 0,
+                      top_p: float = 1.0):
+        """Tree speculation for a batch (fast/tree.py): one target call per round over the
+        whole tree. Greedy at temperature 0 (each row is the target's greedy continuation),
+        else exact sampling (each row distributed as the target's sampling). Needs a model
+        draft: the tree is grown from the draft's distributions."""
+        if not hasattr(self.drafter, "runner"):
+            raise ValueError("draft must be a Qwen3-family model for tree verification, got a "
+                             f"{type(self.drafter).__name__} drafter")
+        tree = check_tree(tree, self.vocab_size)
+        prompts, max_new, stops = self._check_batch(prompts, max_new_tokens, stop_ids)
+        checks.check_sampling(temperature, top_k, top_p)
+        checks.check_generator(generator)
+        shape = TreeShape(tree, self.device)
+        checks.check_room(prompts, max_new, shape.size, self.capacity, "tree", tree)
+        sampler = Sampler(temperature, top_k, top_p, device_generator(generator, self.device),
+                          self.device, len(prompts))
+        return self._loop(prompts, max_new, stops, shape.size, shape.depth_max,
+                          tree_round(self, shape, sampler))
 
     def _check_batch(self, prompts, max_new_tokens, stop_ids):
         prompts = checks.check_prompts(prompts, self.vocab_size)
