@@ -7,6 +7,7 @@ confirms it is bit for bit the model the kit computes its exact law from.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def generation_config() -> dict:
 def export_model(name: str, directory) -> Path:
     """Write served model `name` to `directory` (created if needed)."""
     path = Path(directory)
-    model = models.build(name).to(DTYPE)
+    model = copy.deepcopy(models.build(name)).to(DTYPE)  # .to() would convert the cached one
     save_pretrained(model, path)
     (path / "generation_config.json").write_text(json.dumps(generation_config(), indent=2))
     for file, text in tokenizer.tokenizer_files().items():

@@ -21,9 +21,9 @@ from reference.sampling import probs_from_logits
 MODEL = "target"
 
 
-def _forward(seqs: list[list[int]]) -> torch.Tensor:
+def _forward(seqs: list[list[int]], name: str = MODEL) -> torch.Tensor:
     """Float64 logits [B, T, V] for equal-length sequences, from a fresh prefill."""
-    model = build(MODEL)
+    model = build(name)
     c = model.config
     T = len(seqs[0])
     cache = KVCache(len(model.layers), len(seqs), c.num_key_value_heads, c.head_dim, T,
@@ -32,8 +32,15 @@ def _forward(seqs: list[list[int]]) -> torch.Tensor:
         return model(torch.tensor(seqs, dtype=torch.long), cache)
 
 
+def next_logits(seq, name: str = MODEL) -> torch.Tensor:
+    """[V]: served model `name`'s logits for the token after the non-empty `seq`."""
+    return _forward([list(seq)], name)[0, -1]
+
+
 def logits(prompt, tokens) -> torch.Tensor:
     """[len(tokens), V]: row i is the target's logits for the token after prompt + tokens[:i]."""
+    if not prompt:
+        raise ValueError("prompt must hold at least one token id, got an empty prompt")
     seq = list(prompt) + list(tokens)
     if not tokens:
         return torch.empty(0, build(MODEL).config.vocab_size, dtype=torch.float64)

@@ -1,0 +1,169 @@
+"""A small in-process OpenAI-compatible server for testing the served-engine kit itself.
+
+It answers /v1/models, /v1/completions (both dialects: token-id prompts with token_ids back,
+or text prompts with a generation_config string) and /metrics, computing from the kit's
+float64 target, and can be told to misbehave in one named way:
+
+    None              correct: exact greedy, exact sampling seeded by `seed`, stops, lengths
+    "wrong_model"     serves the random draft instead of the target
+    "wrong_token"     greedy outputs carry a wrong token at position 3
+    "ignore_stop"     goes on past a stop id
+    "ignore_seed"     draws from a process-wide generator, ignoring `seed`
+    "fixed_seed"      every request sampled with seed 0, whatever it asks
+    "hot"             samples at twice the requested temperature (a law the kit must reject)
+    "http_500"        every completion answers HTTP 500
+    "slow"            sleeps `delay` seconds before answering
+    "partial_accept"  /metrics reports 3 of every 4 drafted tokens accepted
+    "text_only"       rejects token-id prompts (HTTP 422), like transformers serve
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import torch
+
+from properties.serve import oracle, tokenizer
+from reference.sampling import probs_from_logits
+
+BEHAVIOURS = (None, "wrong_model", "wrong_token", "ignore_stop", "ignore_seed", "fixed_seed",
+              "hot", "http_500", "slow", "partial_accept", "text_only")
+
+
+class FakeServer:
+    """``with FakeServer(behaviour) as fake: fake.url`` (http://127.0.0.1:PORT/v1)."""
+
+    def __init__(self, behaviour=None, delay: float = 2.0):
+        if behaviour not in BEHAVIOURS:
+            raise ValueError(f"behaviour={behaviour!r}: choose from {BEHAVIOURS}")
+        self.behaviour = behaviour
+        self.delay = delay
+        self.drafted = 0
+        self.accepted = 0
+        self.lock = threading.Lock()
+        self.shared_rng = random.Random(12345)
+        self.httpd = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, payload, content_type="application/json"):
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": "kit-target"}]})
+                elif self.path == "/metrics":
+                    text = (f"# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+                            f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {fake.drafted}.0\n'
+                            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {fake.accepted}.0\n')
+                    self._send(200, text.encode(), "text/plain")
+                else:
+                    self._send(404, {"error": f"no route {self.path}"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self.path != "/v1/completions":
+                    return self._send(404, {"error": f"no route {self.path}"})
+                try:
+                    status, payload = fake.complete(body)
+                except Exception as exc:  # a bad request: answered, never a dropped connection
+                    status, payload = 400, {"error": f"{type(exc).__name__}: {exc}"}
+                self._send(status, payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # ----------------------------------------------------------------- generation
+
+    def complete(self, body: dict):
+        b = self.behaviour
+        if b == "http_500":
+            return 500, {"error": "internal error (fake)"}
+        if b == "slow":
+            time.sleep(self.delay)
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            ids, text_mode = tokenizer.encode(prompt), True
+            config = json.loads(body.get("generation_config") or "{}")
+            temperature = config.get("temperature", 1.0) if config.get("do_sample") else 0.0
+            top_k, top_p = config.get("top_k") or 0, config.get("top_p", 1.0)
+            stops = config.get("eos_token_id") or []
+            stops = [stops] if isinstance(stops, int) else stops
+        else:
+            if b == "text_only":
+                return 422, {"detail": "prompt must be a string"}
+            ids, text_mode = list(prompt), False
+            temperature = body.get("temperature", 1.0)
+            top_k, top_p = body.get("top_k", 0), body.get("top_p", 1.0)
+            stops = body.get("stop_token_ids") or []
+        max_tokens, n = int(body["max_tokens"]), int(body.get("n", 1)) if not text_mode else 1
+        seed = body.get("seed")
+        choices = []
+        for i in range(n):
+            rng = self._rng(seed, i)
+            tokens = self._generate(ids, max_tokens, temperature, top_k, top_p, set(stops), rng)
+            reason = "stop" if tokens and tokens[-1] in stops and len(tokens) < max_tokens else "length"
+            choice = {"index": i, "text": tokenizer.decode(tokens), "finish_reason": reason}
+            if not text_mode:
+                choice["token_ids"] = tokens
+            choices.append(choice)
+        with self.lock:
+            drafted = sum(len(c["text"]) for c in choices)
+            self.drafted += drafted
+            self.accepted += drafted * 3 // 4 if b == "partial_accept" else drafted
+        return 200, {"object": "text_completion", "model": "kit-target", "choices": choices}
+
+    def _rng(self, seed, i):
+        if self.behaviour == "ignore_seed" or seed is None:
+            with self.lock:
+                return np.random.default_rng(self.shared_rng.getrandbits(63))
+        if self.behaviour == "fixed_seed":
+            return np.random.default_rng([0, i])
+        return np.random.default_rng([int(seed), i])
+
+    def _generate(self, ids, max_tokens, temperature, top_k, top_p, stops, rng):
+        model = "draft-random" if self.behaviour == "wrong_model" else "target"
+        if self.behaviour == "hot":
+            temperature *= 2
+        seq, out = list(ids), []
+        while len(out) < max_tokens:
+            logits = oracle.next_logits(seq, model)
+            if temperature == 0:
+                token = int(torch.argmax(logits))
+                if self.behaviour == "wrong_token" and len(out) == 3:
+                    token = (token + 1) % logits.numel()
+            else:
+                probs = probs_from_logits(logits, temperature, top_k, top_p).numpy()
+                token = int(rng.choice(len(probs), p=probs / probs.sum()))
+            out.append(token)
+            seq.append(token)
+            if token in stops and self.behaviour != "ignore_stop":
+                break
+        return out

@@ -1,0 +1,72 @@
+"""The exported served models: they load back bit for bit, in transformers too, their
+tokenizer round-trips every id through text, and float32 stays within the stated tolerance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from properties.serve import __main__ as cli
+from properties.serve import export, oracle, tokenizer
+from properties.serve.impl import LOGIT_TOLERANCE
+from properties.serve.models import MODELS, VOCAB
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return export.export(tmp_path_factory.mktemp("served"))
+
+
+def test_export_writes_every_model_and_reads_back_exactly(exported):
+    assert set(exported) == set(MODELS)
+    for name, path in exported.items():
+        for file in ("config.json", "model.safetensors", "generation_config.json",
+                     "tokenizer.json", "tokenizer_config.json"):
+            assert (path / file).is_file(), (name, file)
+        config = json.loads((path / "config.json").read_text())
+        assert config["head_dim"] in (64, 128) and config["vocab_size"] == VOCAB
+        export.check_export(name, path)
+    with pytest.raises(ValueError, match="differs"):
+        export.check_export("target", exported["draft-random"])
+
+
+def test_tokenizer_round_trips_every_id():
+    ids = list(range(VOCAB)) + [5, 5, 31, 0]
+    assert tokenizer.encode(tokenizer.decode(ids)) == ids
+    built = tokenizer.build()
+    assert built.encode(tokenizer.decode(ids)).ids == ids
+    assert built.decode(ids) == tokenizer.decode(ids)
+    with pytest.raises(tokenizer.TokenizeError, match="character ' ' at offset 1"):
+        tokenizer.encode("a b")
+    with pytest.raises(tokenizer.TokenizeError, match="token id 32 at position 0"):
+        tokenizer.decode([32])
+
+
+def test_transformers_loads_the_export_in_float32_within_the_tolerance(exported):
+    transformers = pytest.importorskip("transformers")
+    path = exported["target"]
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    ids = [3, 9, 27, 3, 9, 27, 0, 31, 12]
+    assert tok(tokenizer.decode(ids))["input_ids"] == ids
+    assert tok.decode(ids, skip_special_tokens=True) == tokenizer.decode(ids)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        got = model(torch.tensor([ids])).logits[0, :-1].double()
+    exact = oracle.logits(ids[:1], ids[1:])
+    # the measured float32 deviation is what LOGIT_TOLERANCE (greedy ties) must exceed widely
+    assert (got - exact).abs().max() < LOGIT_TOLERANCE / 10
+
+
+def test_cli_export_prints_every_server_recipe(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    for needle in ("transformers serve", "prompt_lookup_num_tokens", "--speculative-config",
+                   '"method": "ngram"', "sglang.launch_server", "convert_hf_to_gguf.py",
+                   "llama-server", "--impl=openai:"):
+        assert needle in text, needle
+    file = tmp_path / "a-file"
+    file.write_text("")
+    assert cli.main(["export", str(file)]) == 2
+    assert "DIR=" in capsys.readouterr().err

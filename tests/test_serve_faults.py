@@ -1,0 +1,140 @@
+"""The served-engine kit against small in-process fake servers (properties/serve/fake.py):
+each fault is reported as what it is, with a clear message, and a correct server passes."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from properties.harness import PropertyFailure
+from properties.serve import checks
+from properties.serve.cases import ServedCase
+from properties.serve.client import Client, HttpError, Request, ServedTimeout, Unreachable
+from properties.serve.fake import FakeServer
+from properties.serve.impl import make_impl
+from properties.impl import ImplError, load
+
+GREEDY = ServedCase((3, 9, 27, 3, 9, 27), 8)
+SAMPLED = ServedCase((1, 2), 2, temperature=0.8, seed=1)
+
+
+def served(fake, **client):
+    impl = make_impl("openai:" + fake.url)
+    for name, value in client.items():
+        setattr(impl.client, name, value)
+    return impl
+
+
+def test_openai_prefix_loads_a_served_impl_and_rejects_a_bad_url():
+    impl = load("openai:http://127.0.0.1:9/v1")
+    assert impl.has("served") and not impl.has("engine") and "127.0.0.1:9" in impl.header()
+    with pytest.raises(ImplError, match="ftp://x.*must look like http"):
+        load("openai:ftp://x")
+
+
+def test_correct_server_passes_every_check():
+    with FakeServer() as fake:
+        impl = served(fake)
+        impl.baseline = Client(fake.url)
+        checks.check_identity(impl.client, impl.logit_tolerance)
+        assert impl.client.api == "openai"
+        checks.check_greedy(impl, GREEDY)
+        stop = checks.oracle.greedy(GREEDY.prompt, 8)[4]
+        checks.check_bounds(impl, GREEDY.replace(stop_ids=(stop,)))
+        checks.check_seed(impl, ServedCase((1, 2, 3), 12, temperature=1.0, seed=3))
+        assert checks.check_sequence(impl, SAMPLED).passed
+        assert impl.client.supports_n is True
+
+
+def test_unreachable_server_is_a_clear_refusal():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # closed again before the client tries it
+    client = Client(f"http://127.0.0.1:{port}/v1", timeout=5)
+    with pytest.raises(checks.Refusal, match=rf"127.0.0.1:{port}.*cannot connect.*running"):
+        checks.check_identity(client, 1e-3)
+    with pytest.raises(Unreachable):
+        client.complete(Request((1,), 1))
+
+
+def test_wrong_model_is_refused_before_any_property():
+    with FakeServer("wrong_model") as fake:
+        with pytest.raises(checks.Refusal, match="does not serve the kit's target.*export"):
+            checks.check_identity(Client(fake.url), 1e-3)
+
+
+def test_timeout_names_the_option_to_raise_it():
+    with FakeServer("slow", delay=3.0) as fake:
+        client = Client(fake.url, model="kit-target", api="openai", timeout=0.5)
+        with pytest.raises(ServedTimeout, match=r"within 0.5 s.*--served-timeout"):
+            client.complete(Request((1,), 1))
+
+
+def test_http_500_is_a_property_failure_quoting_the_status():
+    with FakeServer("http_500") as fake:
+        client = Client(fake.url, model="kit-target", api="openai")
+        with pytest.raises(HttpError, match="HTTP 500"):
+            client.complete(Request((1,), 1))
+        impl = served(fake, model="kit-target", api="openai")
+        with pytest.raises(PropertyFailure, match="(?s)served_greedy.*HTTP 500"):
+            checks.check_greedy(impl, GREEDY)
+
+
+def test_wrong_greedy_token_fails_with_position():
+    with FakeServer("wrong_token") as fake:
+        with pytest.raises(PropertyFailure, match="position 3: served token"):
+            checks.check_greedy(served(fake), GREEDY)
+
+
+def test_baseline_disagreement_fails():
+    with FakeServer() as good, FakeServer("wrong_token") as bad:
+        impl = served(good)
+        impl.baseline = Client(bad.url)
+        with pytest.raises(PropertyFailure, match="differs from the baseline server's"):
+            checks.check_greedy(impl, GREEDY)
+
+
+def test_output_past_a_stop_id_fails():
+    stop = checks.oracle.greedy(GREEDY.prompt, 8)[2]
+    with FakeServer("ignore_stop") as fake:
+        with pytest.raises(PropertyFailure, match="goes on after stop id"):
+            checks.check_bounds(served(fake), GREEDY.replace(stop_ids=(stop,)))
+
+
+def test_ignored_seed_is_reported_as_such():
+    with FakeServer("ignore_seed") as fake:
+        with pytest.raises(PropertyFailure, match="ignores `seed`: two requests with seed=3"):
+            checks.check_seed(served(fake), ServedCase((1, 2, 3), 12, temperature=1.0, seed=3))
+
+
+def test_fixed_seed_is_reported_as_such_not_as_a_distribution_failure():
+    with FakeServer("fixed_seed") as fake:
+        with pytest.raises(PropertyFailure, match="ignores `seed` or the sampling settings") as info:
+            checks.check_sequence(served(fake), ServedCase((1, 2), 2, temperature=1.0, seed=4))
+        assert "chi-square" not in str(info.value)
+
+
+def test_wrong_sampling_law_fails_the_chi_square():
+    with FakeServer("hot") as fake:
+        with pytest.raises(PropertyFailure, match="not distributed as the target's sampling"):
+            checks.check_sequence(served(fake), ServedCase((0, 1, 2), 1, temperature=0.5, seed=5))
+
+
+def test_text_only_server_is_spoken_to_in_the_transformers_dialect():
+    with FakeServer("text_only") as fake:
+        impl = served(fake)
+        checks.check_identity(impl.client, 1e-3)
+        assert impl.client.api == "transformers"
+        checks.check_greedy(impl, GREEDY)
+        # no `n` in this dialect: the kit sends single requests and still gets them all
+        got = impl.client.complete(Request((1, 2), 2, temperature=1.0, seed=1, n=3))
+        assert len(got) == 3
+
+
+def test_perfect_draft_counters():
+    with FakeServer() as fake:
+        checks.check_perfect_draft(served(fake), GREEDY)
+    with FakeServer("partial_accept") as fake:
+        with pytest.raises(PropertyFailure, match="accepted at rate 1"):
+            checks.check_perfect_draft(served(fake), GREEDY)
