@@ -115,13 +115,6 @@ def pytest_configure(config):
     config._kit_calls = 0
     config._kit_started = time.monotonic()
     config.pluginmanager.register(_Recorder(config), "conformance-kit-recorder")
-    config.addinivalue_line(
-        "markers", "family(name): the kit family of a test module (properties/families.py), "
-        "declared once as the module's pytestmark")
-    config.addinivalue_line(
-        "markers", "needs(kind=None, keywords=()): what a kit test needs beyond its family's "
-        "level: a kit model kind (a parametrized `kind` is read from the test's parameters) "
-        "and keywords of the level's function")
     if not hasattr(config, "workerinput"):
         _write_json(config, None)   # a run that dies before the end leaves INCOMPLETE behind
 
@@ -167,6 +160,9 @@ def pytest_runtest_setup(item):
                     f"(KIT_NOT_APPLICABLE)")
     if not impl.has(level):
         names = ", ".join(impl.missing.get(level, [s.function for s in LEVELS.get(level, ())]))
+        if level == "served":
+            pytest.skip(f"not applicable: --impl={impl.spec} is not a served engine (the served "
+                        f"families run with --impl=openai:URL)")
         pytest.skip(f"not applicable: --impl={impl.spec} has no {names or level} (level {level!r})")
     needs = item.get_closest_marker("needs")
     params = getattr(getattr(item, "callspec", None), "params", {})

@@ -1,24 +1,32 @@
-"""Reading a `Trace`: the rounds an engine ran and whether its caches kept the invariant.
+"""Reading a `Trace`: the rounds an engine ran and whether its models ever saw a wrong context.
 
-The chapter's invariant: at the top of every round both caches hold exactly the committed
-sequence except its newest token. The kit checks it from the outside, so it has to say what a
-round is without the engine's help:
+The chapter's invariant is "at the top of every round both caches hold exactly the committed
+sequence except its newest token". Engines schedule their calls differently (the first token
+taken from the prefill; the prefill merged with the first verify; the draft caught up lazily),
+so the kit states the invariant over what it can observe, and what makes speculation lossless:
+**no model call ever computes with a context that is not the committed sequence**, except for
+the proposals of the round in progress. With ``c = prompt + output``:
 
-* the committed sequence is ``c = prompt + output``;
-* a *verify call* is a target call that feeds a position at or past ``len(prompt)`` (a prefill
-  only feeds positions before the last prompt token); verify call r opens round r's check;
-* the round's base is ``b_1 = len(prompt) - 1`` and ``b_{r+1} = b_r + a_r + 1``, where ``a_r``
-  is the number of round r's proposals (the tokens the target was fed after the newest one)
-  that the committed sequence kept;
-* at verify call r the target cache must hold exactly ``c[:b_r]`` and the first token fed must
-  be the newest committed token ``c[b_r]``;
-* the draft must, by the call in which it is fed position ``b_r`` (the newest token), hold
-  exactly ``c[:b_r]`` before it; the positions it writes after that in the same round must be
-  the proposals the target verified. (An engine may catch the draft up lazily, feeding a
-  missing accepted token together with the newest one.)
+* every call finds its cache holding exactly ``c[:s]`` (s: the cache length it finds); an
+  entry that differs is a rolled-back token still in the cache (or a stale one from a
+  rejected block), reported with its position;
+* the *frontier* ``F`` is how much of ``c`` the target has decided so far: ``F = len(prompt)``
+  at the start, and a target call that feeds positions ``s .. s+T-1``, of which the first
+  ``kept`` equal ``c``, decides every position up to ``s + kept`` (its logits there were
+  computed from the committed context), so ``F = max(F, s + kept + 1)``;
+* a token a call feeds at a position below F (a committed position) must be the committed
+  token: feeding anything else there means the cache was short, or the wrong token is
+  treated as committed;
+* a token fed at or past F is a *proposal* of the round in progress. The target's call is the
+  round's verify call; the draft's calls since the previous target call belong to the same
+  round, and every proposal position the draft writes must hold the proposal the target then
+  verified there;
+* at the end, every output position must have been decided by some target call.
 
-Each cache's content at any moment is rebuilt from the recorded calls and truncates, so a
-violation names the round, the cache, the position, the token held and the token committed.
+A target call that decides at least one new position is a round. A round's *proposals* are
+the tokens it fed at or past the frontier it found, and those the output kept are *accepted*.
+So a prefill that also yields the first output token is a round with no proposals, and a
+prefill merged with the first verify is one round.
 """
 
 from __future__ import annotations
@@ -31,24 +39,37 @@ from properties.models import Trace
 @dataclass(frozen=True)
 class Round:
     number: int
-    base: int                # position of the newest committed token when the round began
-    fed: tuple               # tokens the target was fed: newest committed + proposals
-    accepted: int            # proposals kept by the committed sequence (lower bound at the end)
+    start: int               # the target's cache length at the call (first position fed)
+    fed: tuple               # tokens the target was fed
+    frontier: int            # F before the call: positions < F were already decided
+    proposals: int           # fed tokens at positions >= F
+    accepted: int            # of those, kept by the committed sequence
+    decided: int             # new output positions decided by this call (F after - F before)
     truncated_by_end: bool   # the output ended inside this round's block
+
+    @property
+    def base(self) -> int:
+        """Position of the newest committed token when the round began (F - 1)."""
+        return self.frontier - 1
 
 
 @dataclass
 class Analysis:
-    rounds: list
+    rounds: list             # the target calls that decided new positions, in order
     problem: str | None
     chain: bool              # False when the engine used masks/positions (tree verification)
+    target_calls: int = 0
 
 
-def _first_difference(held, want):
+def _first_difference(held, want) -> int:
     for i, (a, b) in enumerate(zip(held, want)):
         if a != b:
             return i
     return min(len(held), len(want))
+
+
+def _committed(c, i) -> str:
+    return str(c[i]) if i < len(c) else "(none: past the output)"
 
 
 def analyse(trace: Trace, prompt, output) -> Analysis:
@@ -59,11 +80,13 @@ def analyse(trace: Trace, prompt, output) -> Analysis:
     content: dict[int, list] = {}
     rounds: list[Round] = []
     problem = trace.violations[0] if trace.violations else None
-    expected_base = P - 1
-    round_drafts: list = []   # (event, content of the cache after the call) since last verify
+    frontier = P
+    target_calls = 0
+    drafted: list = []   # (draft call, {position: token} past F) since the last target call
 
     def fail(text, event):
-        return f"{text}\n  the engine's calls up to that point (most recent last):\n{trace.tail(event.index)}"
+        return (f"{text}\n  the engine's calls up to that point (most recent last):\n"
+                f"{trace.tail(event.index)}")
 
     for e in trace.events:
         if e.what == "new_cache":
@@ -73,85 +96,83 @@ def analyse(trace: Trace, prompt, output) -> Analysis:
         if e.what == "truncate":
             content[e.cache] = held[: e.end]
             continue
-        if e.role == "target" and e.start + len(e.tokens) > P and problem is None:
-            r = len(rounds) + 1
-            s = e.start
-            if s != expected_base:
-                if s < expected_base:
-                    why = (f"it is {expected_base - s} short: committed tokens were rolled back "
-                           f"or never fed")
-                else:
-                    why = (f"it holds {s - expected_base} extra entries: rolled-back tokens "
-                           f"(rejected proposals) are still in it")
-                i = _first_difference(held, c[:expected_base])
-                detail = ""
-                if i < min(len(held), expected_base):
-                    detail = (f"; from position {i} on it holds {held[i:i + 6]} where the "
-                              f"committed sequence has {c[i:i + 6]}")
-                problem = fail(
-                    f"round {r}: at the target's verify call its cache held {s} entries, but the "
-                    f"committed sequence had {expected_base + 1} tokens, so it should hold "
-                    f"{expected_base} (all but the newest); {why}{detail}", e)
-            elif held[:s] != c[:s]:
-                i = _first_difference(held, c)
-                problem = fail(
-                    f"round {r}: the target cache stopped holding a prefix of the committed "
-                    f"sequence at position {i}: it holds token {held[i]}, the committed token is "
-                    f"{c[i] if i < len(c) else '(none: past the output)'}", e)
-            elif s >= len(c) or e.tokens[0] != c[s]:
-                problem = fail(
-                    f"round {r}: the target was fed token {e.tokens[0]} at position {s} as the "
-                    f"newest committed token, but the committed token there is "
-                    f"{c[s] if s < len(c) else '(none: past the output)'}", e)
+        s, fed = e.start, list(e.tokens)
+        round_no = len(rounds) + 1
+        if problem is None:
+            problem = _check_context(e, held, c, frontier, round_no, fail)
+        if e.role == "target":
+            target_calls += 1
             if problem is None:
-                problem = _check_draft(r, s, c, e, round_drafts, fail)
-            proposals = list(e.tokens[1:])
-            kept = 0
-            while kept < len(proposals) and s + 1 + kept < len(c) and proposals[kept] == c[s + 1 + kept]:
-                kept += 1
-            rounds.append(Round(r, s, tuple(e.tokens), kept,
-                                truncated_by_end=s + 1 + kept >= len(c)))
-            expected_base = s + kept + 1
-            round_drafts = []
-        content[e.cache] = held[: e.start] + list(e.tokens)
-        if e.role == "draft":
-            round_drafts.append((e, content[e.cache]))
-    if problem is None and rounds and expected_base < len(c) - 1:
-        last = rounds[-1]
-        problem = (f"the output has tokens at positions {expected_base + 1}..{len(c) - 1} that no "
-                   f"round's target call verified (the last round began at position {last.base} "
-                   f"and kept {last.accepted} proposals)")
-    if problem is None and not rounds and len(output) > 0 and trace.used_caches():
-        problem = "the engine produced output without any target call verifying it"
-    return Analysis(rounds, problem, chain=True)
+                problem = _check_drafted(drafted, e, frontier, round_no, fail)
+            kept = _first_difference(fed, c[s:])
+            after = min(max(frontier, s + kept + 1), len(c))
+            proposals = max(0, s + len(fed) - frontier)
+            accepted = max(0, min(s + kept, len(c)) - frontier) if proposals else 0
+            if after > frontier:
+                rounds.append(Round(round_no, s, tuple(fed), frontier, proposals, accepted,
+                                    after - frontier, truncated_by_end=s + kept >= len(c)))
+                frontier = after
+            drafted = []
+        else:
+            # the context this draft call computes with, past the committed positions: the
+            # proposals of the round in progress (checked at the round's verify call)
+            context = held[:s] + fed
+            drafted.append((e, {p: context[p] for p in range(frontier, len(context))}))
+        content[e.cache] = held[:s] + fed
+    if problem is None and frontier < len(c) and (rounds or trace.used_caches()):
+        last = rounds[-1] if rounds else None
+        where = (f" (the last round began at position {last.start} and decided up to position "
+                 f"{last.frontier + last.decided - 1})" if last else "")
+        problem = (f"the output has tokens at positions {frontier}..{len(c) - 1} that no target "
+                   f"call computed from the committed context{where}")
+    return Analysis(rounds, problem, chain=True, target_calls=target_calls)
 
 
-def _check_draft(r, b, c, verify, round_drafts, fail):
-    """The draft's side of round r (see the module docstring)."""
-    if not round_drafts:
-        return None  # engines that draft without a model call (none in the chapter's API)
-    covering = [(e, after) for e, after in round_drafts if e.start <= b < e.start + len(e.tokens)]
-    if not covering:
-        e, after = round_drafts[-1]
+def _check_context(e, held, c, frontier, round_no, fail) -> str | None:
+    """The cache a call finds must hold c[:s]; tokens it feeds below the frontier must be the
+    committed ones. (Draft calls may also hold proposals of the round in progress: those are
+    checked against the target's verify call in `_check_drafted`.)"""
+    s, fed, who = e.start, list(e.tokens), e.role
+    limit = s if who == "target" else min(s, frontier)
+    i = _first_difference(held[:limit], c[:limit])
+    if i < limit:
+        if i >= len(c):
+            return fail(f"round {round_no}: the {who} cache holds {s} entries, more than the "
+                        f"{len(c)} tokens ever committed: rolled-back entries are still in it", e)
         return fail(
-            f"round {r}: the draft was never fed position {b}, the newest committed token "
-            f"{c[b]}, before the target verified (its calls this round wrote positions "
-            f"{', '.join(f'{d.start}..{d.start + len(d.tokens) - 1}' for d, _ in round_drafts)}); "
-            f"its cache should have held the {b} committed tokens before it", verify)
-    e, after = covering[0]
-    if after[: b + 1] != c[: b + 1]:
-        i = _first_difference(after, c[: b + 1])
-        what = f"position {i} holds token {after[i]}, the committed token is {c[i]}"
-        return fail(
-            f"round {r}: when the draft was fed the newest committed token (position {b}) its "
-            f"cache did not hold exactly the committed sequence before it: {what}", e)
-    proposals = list(verify.tokens[1:])
-    for d, after in round_drafts[round_drafts.index(covering[0]):]:
-        spec = after[b + 1:]
-        if spec != proposals[: len(spec)]:
-            i = _first_difference(spec, proposals)
+            f"round {round_no}: the {who} cache stopped holding the committed sequence at "
+            f"position {i}: it holds token {held[i]} there, the committed token is {c[i]} "
+            f"(a rolled-back proposal still in the cache, or a truncate to the wrong length); "
+            f"from position {i} on it holds {held[i:i + 6]} where the committed sequence has "
+            f"{c[i:i + 6]}", e)
+    for j, token in enumerate(fed):
+        p = s + j
+        if p >= frontier:
+            break
+        if token != (c[p] if p < len(c) else None):
+            short = (f"; the token fed is the committed token of position {p + 1}: the cache was "
+                     f"one entry short" if p + 1 < len(c) and token == c[p + 1] else "")
             return fail(
-                f"round {r}: the draft cache holds token {spec[i]} at position {b + 1 + i}, but "
-                f"the proposal the target verified there is "
-                f"{proposals[i] if i < len(proposals) else '(none)'}", d)
+                f"round {round_no}: the {who} was fed token {token} at position {p}, an already "
+                f"committed position, but the committed token there is {_committed(c, p)}"
+                f"{short}", e)
+    return None
+
+
+def _check_drafted(drafted, verify, frontier, round_no, fail) -> str | None:
+    """Every proposal position the draft wrote this round holds the proposal the target then
+    verified there (the draft proposed it)."""
+    proposals = {verify.start + j: t for j, t in enumerate(verify.tokens)
+                 if verify.start + j >= frontier}
+    for e, context in drafted:
+        for p, token in sorted(context.items()):
+            want = proposals.get(p)
+            if token != want:
+                how = "was fed" if p >= e.start else "held"
+                return fail(
+                    f"round {round_no}: the draft {how} token {token} at position {p}, past the "
+                    f"committed sequence, but the proposal the target verified there is "
+                    f"{want if want is not None else '(none)'}"
+                    + (" (a rolled-back proposal of an earlier round still in its cache)"
+                       if how == "held" else ""), e)
     return None

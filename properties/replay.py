@@ -2,7 +2,7 @@
 
     python -m properties.replay --impl=SPEC MODULE:CHECK "CASE"
 
-MODULE:CHECK names a check function of the kit (e.g. properties.test_greedy:check_equivalence)
+MODULE:CHECK names a check function of the kit (e.g. properties.checks.greedy:check_equivalence)
 and CASE is the printed case (e.g. "EngineCase(target=TableSpec(...), ...)"). Exit status 0 if
 the property holds on that example, 1 if it is violated (the message is printed), 2 on bad
 arguments.
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", default="reference")
-    parser.add_argument("check", help="MODULE:FUNCTION, e.g. properties.test_rule:check_rule")
+    parser.add_argument("check", help="MODULE:FUNCTION, e.g. properties.checks.rule:check_rule")
     parser.add_argument("case", help="the case, as printed in the failure message")
     args = parser.parse_args(argv)
     try:

@@ -12,7 +12,7 @@ from properties.impl import load
 from properties.invariants import analyse
 from properties.models import (CacheViolation, DraftSpec, Qwen3Spec, TableSpec, Trace, build_pair,
                                build_target)
-from properties.test_cache import check_cache_invariant
+from properties.checks.cache import check_cache_invariant
 
 SPECS = [TableSpec(6, seed=1), TableSpec(6, seed=2, sparsity=0.5), Qwen3Spec(6, seed=3, layers=2)]
 
@@ -103,7 +103,7 @@ def test_analysis_of_a_correct_run_matches_its_stats():
     analysis = analyse(run.trace, CASE.prompt, run.tokens)
     assert analysis.problem is None and analysis.chain
     assert len(analysis.rounds) == run.stats["rounds"]
-    assert analysis.rounds[0].base == len(CASE.prompt) - 1
+    assert analysis.rounds[0].start == len(CASE.prompt) - 1
     assert sum(r.accepted + 1 for r in analysis.rounds) >= len(run.tokens)
 
 

@@ -11,7 +11,7 @@ from properties.cases import EngineCase
 from properties.harness import PropertyFailure
 from properties.impl import load
 from properties.models import DraftSpec, Qwen3Spec, build_target
-from properties.test_greedy import GreedyTie, check_equivalence
+from properties.checks.greedy import GreedyTie, check_equivalence
 
 CASE = EngineCase(Qwen3Spec(7, seed=5, layers=2), DraftSpec("noisy", 1), (1, 2, 3), 6, k=2)
 

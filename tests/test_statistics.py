@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -172,7 +174,8 @@ def test_exact_sampler_passes_at_the_design_alpha():
 
 # --------------------------------------------------------------------------- power
 
-DESIGNS = [("rule", statistics.DELTA_RULE), ("sequence", statistics.DELTA_SEQUENCE),
+DESIGNS = [("rule", statistics.DELTA_RULE), ("rule-thorough", statistics.DELTA_RULE_THOROUGH),
+           ("sequence", statistics.DELTA_SEQUENCE),
            ("sequence-qwen3", statistics.DELTA_SEQUENCE_QWEN3), ("batched", statistics.DELTA_BATCHED),
            ("tree", statistics.DELTA_TREE)]
 
@@ -210,10 +213,10 @@ def test_power_against_mass_on_impossible_outcomes():
 # --------------------------------------------------------------------------- alpha budget
 
 def _statistical_tests():
-    import properties.test_batched as b
-    import properties.test_rule as r
-    import properties.test_sequence as s
-    for module in (r, s, b):
+    """Every statistical property of every kit module (all families, present and future)."""
+    import importlib
+    for path in sorted((Path(__file__).resolve().parents[1] / "properties").glob("test_*.py")):
+        module = importlib.import_module(f"properties.{path.stem}")
         for name in dir(module):
             fn = getattr(module, name)
             if name.startswith("test_") and hasattr(fn, "kit_checks_per_example"):

@@ -40,10 +40,10 @@ def _where(run, position: int) -> str:
     analysis = analyse(run.trace, run.case.prompt, run.tokens or [])
     P = len(run.case.prompt)
     for r in analysis.rounds:
-        first, last = r.base + 1 - P, r.base + 1 + r.accepted - P
+        first, last = r.frontier - P, r.frontier + r.decided - 1 - P
         if first <= position <= last:
-            return (f" (round {r.number}: the target verified {list(r.fed)} from position "
-                    f"{r.base}; {r.accepted} proposals kept)")
+            return (f" (round {r.number}: the target was fed {list(r.fed)} from position "
+                    f"{r.start}; {r.accepted} of {r.proposals} proposals kept)")
     return ""
 
 
