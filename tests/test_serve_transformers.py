@@ -1,0 +1,68 @@
+"""The kit against a real server: ``transformers serve`` on the exported checkpoints.
+
+A module fixture exports the served models, starts transformers serve on a free port with
+one torch thread, and stops it afterwards. The kit then runs as a user runs it, in a child
+pytest: ``pytest properties/ --impl=openai:URL --baseline=URL`` with prompt lookup turned on
+per request (``generation_config`` with ``prompt_lookup_num_tokens``) for the implementation
+under test and off for the baseline (the same server). If the server cannot start, the tests
+skip with the reason (never a silent pass); `make` installs what it needs ('.[serve]').
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from properties.serve import checks, export
+from properties.serve.cases import ServedCase
+from properties.serve.client import Client
+from properties.serve.impl import LOGIT_TOLERANCE, make_impl
+from properties.serve.launch import LaunchError, TransformersServer
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOKUP = {"prompt_lookup_num_tokens": 4}
+KIT_RUN_TIMEOUT = 900  # seconds; the run takes about one to two minutes here
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    paths = export.export(tmp_path_factory.mktemp("served"))
+    try:
+        running = TransformersServer(paths["target"]).start()
+    except LaunchError as exc:
+        pytest.skip(f"transformers serve cannot start here: {exc}")
+    yield running
+    running.stop()
+
+
+def test_server_serves_the_target_with_and_without_lookup(server):
+    impl = make_impl("openai:" + server.url)
+    checks.check_identity(impl.client, LOGIT_TOLERANCE)
+    assert impl.client.api == "transformers"   # text prompts, generation_config
+    impl.client.extra_generation_config = dict(LOOKUP)
+    impl.baseline = Client(server.url)
+    checks.check_greedy(impl, ServedCase((3, 9, 27, 3, 9, 27, 3, 9), 16))
+
+
+def test_the_kit_passes_transformers_serve_with_prompt_lookup(server, tmp_path):
+    report = tmp_path / "conformance.json"
+    command = [sys.executable, "-m", "pytest", "properties/", f"--impl=openai:{server.url}",
+               f"--baseline={server.url}", "--served-api=transformers",
+               f"--served-generation-config={json.dumps(LOOKUP)}", "-p", "no:cacheprovider",
+               "-q", f"--conformance-json={report}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=KIT_RUN_TIMEOUT)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert "requests/s while busy" in output, output[-3000:]
+    summary = json.loads(report.read_text())
+    families = summary["families"]
+    for family in ("served_greedy", "served_sequence", "served_bounds"):
+        assert families[family]["passed"] > 0 and families[family]["failed"] == 0, families[family]
+    print(output[-2500:])
