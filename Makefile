@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[hf]"
+	$(PY) -m pip install --quiet -e ".[hf,serve]"
 	touch $(STAMP)
 
 # The kit on each bundled engine: the reference, the fast engine, and transformers' assisted
