@@ -7,6 +7,7 @@ argmax (lowest index wins a tie), not a tiny temperature.
 """
 
 import math
+import sys
 
 import torch
 
@@ -35,9 +36,24 @@ def check_distribution(probs: torch.Tensor, name: str, atol: float = 1e-6) -> No
         raise ValueError(f"{name} must sum to 1 over its last dimension, sums to {total.flatten()[:4].tolist()}")
 
 
-def check_sampling_args(temperature: float, top_k: int, top_p: float) -> None:
-    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
+def check_temperature(temperature: float) -> None:
+    """0 (greedy) or a finite temperature that logits can be divided by."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or math.isnan(temperature) or temperature < 0):
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if math.isinf(temperature):
+        raise ValueError(f"temperature must be finite, got {temperature!r}: logits / inf is 0 "
+                         f"everywhere, a uniform distribution rather than a sampler")
+    if 0 < temperature < sys.float_info.min:
+        # A subnormal temperature: 1 / temperature overflows, so every logit divided by it is
+        # +-inf and the softmax is NaN. Greedy decoding is temperature=0.
+        raise ValueError(f"temperature={temperature!r} underflows: it is below the smallest "
+                         f"normal float64 {sys.float_info.min!r}, so logits / temperature "
+                         f"overflows; use temperature=0 for greedy decoding")
+
+
+def check_sampling_args(temperature: float, top_k: int, top_p: float) -> None:
+    check_temperature(temperature)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
         raise ValueError(f"top_k must be an int >= 0 (0 disables it), got {top_k!r}")
     if not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
@@ -57,6 +73,12 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     if temperature == 0:
         raise ValueError("temperature=0 means greedy: use greedy_token, not a distribution")
     scaled = logits / temperature
+    overflow = torch.isinf(scaled) & torch.isfinite(logits)
+    if overflow.any():
+        # A tiny temperature can overflow the logits' dtype (e.g. float32 logits at 1e-40).
+        raise ValueError(f"temperature={temperature!r} is too small for these {logits.dtype} "
+                         f"logits: logits / temperature overflows at index "
+                         f"{overflow.nonzero()[0].tolist()}; use temperature=0 for greedy decoding")
     if top_k and top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[..., -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))

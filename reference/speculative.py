@@ -82,8 +82,40 @@ def _vocab_size(model):
     return getattr(config, "vocab_size", None)
 
 
+def _prompt_tensor(prompt_ids):
+    """One sequence of token ids, [T] or a batch of one [1, T]; anything nested is refused
+    rather than flattened (a batch of prompts is not one prompt)."""
+    try:
+        ids = torch.as_tensor(prompt_ids)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"prompt_ids must be a sequence of token ids, got {prompt_ids!r} "
+                         f"({error})") from None
+    if ids.dim() == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.dim() != 1:
+        raise ValueError(f"prompt_ids must be one sequence of token ids ([T] or [1, T]), got "
+                         f"shape {tuple(ids.shape)}: {prompt_ids!r}")
+    return ids
+
+
+def _stop_set(stop_ids):
+    if isinstance(stop_ids, (str, bytes)) or not hasattr(stop_ids, "__iter__"):
+        hint = f"; write ({stop_ids!r},)" if isinstance(stop_ids, int) else ""
+        raise TypeError(f"stop_ids must be a collection of token ids, got {stop_ids!r} "
+                        f"({type(stop_ids).__name__}){hint}")
+    stop = set()
+    for s in stop_ids:
+        if torch.is_tensor(s) and s.numel() == 1 and not s.is_floating_point():
+            s = s.item()
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise TypeError(f"stop_ids must hold int token ids, got {s!r} "
+                            f"({type(s).__name__}) in {stop_ids!r}")
+        stop.add(s)
+    return stop
+
+
 def _check_generate_args(target, prompt_ids, max_new_tokens, stop_ids):
-    ids = torch.as_tensor(prompt_ids).reshape(-1)
+    ids = _prompt_tensor(prompt_ids)
     if ids.numel() == 0:
         raise ValueError("prompt_ids is empty: speculation needs at least one prompt token")
     if ids.is_floating_point() or ids.dtype == torch.bool:
@@ -94,7 +126,7 @@ def _check_generate_args(target, prompt_ids, max_new_tokens, stop_ids):
         raise ValueError(f"prompt_ids holds token id {bad}, outside the vocabulary [0, {vocab})")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    return ids.long(), {int(s) for s in stop_ids}
+    return ids.long(), _stop_set(stop_ids)
 
 
 def _device(model):
@@ -203,9 +235,9 @@ class _AdaptiveK:
         self.k_max, self.draft_cost = k_max, draft_cost
         self.accepted, self.proposed = 1, 2
 
-    def next_k(self):
+    def next_k(self, limit):
         alpha = self.accepted / self.proposed
-        return max(range(1, self.k_max + 1),
+        return max(range(1, min(self.k_max, limit) + 1),
                    key=lambda k: expected_speedup(alpha, k, self.draft_cost))
 
     def update(self, accepted, proposed):
@@ -243,6 +275,12 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=CHAPTER_TREE, 
                           temperature, top_k, top_p, generator)
 
 
+def _useful_k(k, remaining):
+    """The most proposals worth drafting when `remaining` tokens can still be produced: a
+    round yields its accepted proposals plus one, so remaining - 1 (and at least one)."""
+    return max(1, min(k, remaining - 1))
+
+
 @torch.inference_mode()
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
                          stop_ids=(), generator=None, *, top_k=0, top_p=1.0, adaptive=False,
@@ -277,8 +315,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     ids = ids.to(device)
     chooser = _AdaptiveK(k, draft_cost) if adaptive else None
 
-    # Capacity: the prompt, every output token, and one round's overshoot of k + 1 entries.
-    capacity = ids.numel() + max_new_tokens + k + 1
+    # Capacity: the prompt, every output token, and one round's overshoot of k + 1 entries
+    # (k capped like every round's, below).
+    capacity = ids.numel() + max_new_tokens + _useful_k(k, max_new_tokens) + 1
     t_cache = target.new_cache(1, capacity)
     d_cache = None if lookup else draft.new_cache(1, capacity)
     if ids.numel() > 1:
@@ -292,7 +331,10 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         rounds += 1
         base = t_cache.length
         last = torch.tensor([[context[-1]]], device=device)
-        k_round = chooser.next_k() if adaptive else k
+        # A round yields at most k + 1 tokens: more proposals than can still be produced
+        # would be wasted forwards (with k = 100000, a hang).
+        limit = _useful_k(k, max_new_tokens - len(output))
+        k_round = chooser.next_k(limit) if adaptive else limit
         if lookup:
             proposals, q_dists = _lookup_proposals(draft, context, k_round, vocab, device)
         else:

@@ -7,7 +7,8 @@ from reference.cache import KVCache
 from reference.model import EarlyExit, preset, random_model
 from reference.sampling import probs_from_logits
 from reference.speculative import (accept_or_correct, expected_speedup,
-                                   expected_tokens_per_round, speculative_generate)
+                                   expected_tokens_per_round, greedy_generate,
+                                   speculative_generate)
 
 NAN = float("nan")
 
@@ -108,3 +109,54 @@ def test_cache_capacity_exceeded(target):
 def test_other_arguments(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- edges of the engine's API: values that cannot mean what they say ----------------------
+
+@pytest.mark.parametrize("temperature, match", [
+    (1e-320, r"temperature=1e-320 underflows: .* use temperature=0 for greedy"),
+    (float("inf"), r"temperature must be finite, got inf"),
+    (True, r"temperature must be >= 0 .* got True"),
+])
+def test_temperature_that_logits_cannot_be_divided_by(target, temperature, match):
+    with pytest.raises(ValueError, match=match):
+        speculative_generate(target, target, [1, 2, 3], 4, temperature=temperature)
+    with pytest.raises(ValueError, match=match):
+        probs_from_logits(torch.zeros(4, dtype=torch.float64), temperature)
+
+
+def test_temperature_too_small_for_float32_logits():
+    # 1e-40 is a fine float64 but 1 / 1e-40 overflows float32: said, not turned into NaN.
+    with pytest.raises(ValueError, match=r"temperature=1e-40 is too small for these "
+                                         r"torch.float32 logits: .* overflows at index \[1\]"):
+        probs_from_logits(torch.tensor([0.0, 1.0]), 1e-40)
+    # a tiny temperature that does not overflow is just a very sharp softmax
+    probs = probs_from_logits(torch.tensor([0.0, 1.0], dtype=torch.float64), 1e-300)
+    assert probs.tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"prompt_ids": [[1, 2], [3, 4]]}, ValueError,
+     r"prompt_ids must be one sequence of token ids \(\[T\] or \[1, T\]\), got shape \(2, 2\)"),
+    ({"prompt_ids": torch.tensor([[1, 2], [3, 4]])}, ValueError, r"got shape \(2, 2\)"),
+    ({"prompt_ids": [[1, 2], [3]]}, ValueError, r"prompt_ids must be a sequence of token ids"),
+    ({"prompt_ids": 5}, ValueError, r"prompt_ids must be one sequence .* got shape \(\): 5"),
+    ({"stop_ids": 5}, TypeError,
+     r"stop_ids must be a collection of token ids, got 5 \(int\); write \(5,\)"),
+    ({"stop_ids": "5"}, TypeError, r"stop_ids must be a collection of token ids, got '5' \(str\)"),
+    ({"stop_ids": None}, TypeError, r"stop_ids must be a collection of token ids, got None"),
+    ({"stop_ids": [2.7]}, TypeError, r"stop_ids must hold int token ids, got 2.7 \(float\)"),
+])
+def test_prompt_and_stop_ids_are_not_reshaped_or_cast(target, kwargs, error, match):
+    args = {"prompt_ids": [1, 2, 3], "max_new_tokens": 4} | kwargs
+    with pytest.raises(error, match=match):
+        speculative_generate(target, target, **args)
+    with pytest.raises(error, match=match):
+        greedy_generate(target, args["prompt_ids"], 4, stop_ids=args.get("stop_ids", ()))
+
+
+def test_a_batch_of_one_prompt_and_tensor_stop_ids_are_accepted(target):
+    expected = speculative_generate(target, target, [1, 2, 3], 6, stop_ids=(7,))
+    assert speculative_generate(target, target, [[1, 2, 3]], 6, stop_ids=(7,)) == expected
+    assert speculative_generate(target, target, torch.tensor([[1, 2, 3]]), 6,
+                                stop_ids=torch.tensor([7])) == expected

@@ -137,3 +137,30 @@ def test_the_chapters_rule_example_is_distributed_as_p():
     for x in drafts.tolist():
         counts[accept_or_correct(p, q, x, g)[0]] += 1
     assert stats.chisquare(counts.numpy(), (p * n).numpy()).pvalue > alpha
+
+
+@pytest.mark.parametrize("draft_name, adaptive", [("perfect", False), ("early-exit", False),
+                                                  ("random", True)])
+def test_k_beyond_what_can_still_be_produced_is_capped(target, drafts, greedy_reference,
+                                                       monkeypatch, draft_name, adaptive):
+    # A round yields at most its proposals + 1 tokens, so proposals past the tokens still to
+    # come are never drafted and the caches are sized for the capped k: k = 100000 costs nothing.
+    capacities = []
+    new_cache = type(target).new_cache
+
+    def recording_new_cache(self, batch, capacity):
+        capacities.append(capacity)
+        return new_cache(self, batch, capacity)
+
+    monkeypatch.setattr(type(target), "new_cache", recording_new_cache)
+    tokens, s = speculative_generate(target, drafts[draft_name], PROMPT, 24, k=100_000,
+                                     adaptive=adaptive)
+    assert tokens == greedy_reference
+    assert capacities and max(capacities) <= len(PROMPT) + 24 + 24
+    if draft_name == "perfect":
+        assert s == {"rounds": 1, "acceptance_rate": 1.0, "tokens_per_target_call": 24.0}
+
+
+def test_prompt_lookup_with_a_huge_k(target, greedy_reference):
+    tokens, _ = speculative_generate(target, PromptLookup(2), PROMPT, 24, k=100_000)
+    assert tokens == greedy_reference
