@@ -87,6 +87,15 @@ def fail(impl: Impl, prop: str, check: str, case, message: str):
     raise error
 
 
+def temperatures(impl: Impl, choices) -> tuple:
+    """The temperatures a property may draw for this implementation: temperature 0 only if it
+    decodes greedily (a sampling-only engine declares KIT_NOT_APPLICABLE = {"greedy": why},
+    and then no family asks it for temperature 0)."""
+    if "greedy" not in impl.not_applicable:
+        return tuple(choices)
+    return tuple(t for t in choices if t > 0) or (1.0,)
+
+
 def seed_everything(seed: int) -> torch.Generator:
     """A generator for the implementation, and the global RNGs seeded too, so that even an
     implementation that ignores `generator` replays exactly."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 from properties import profiles
+from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import (CacheViolation, DraftSpec, Qwen3Spec, TableSpec, Trace,
                                build_target)
@@ -28,7 +29,7 @@ def test_round_invariant(impl, kind, data):
     """Greedy and sampled runs, every draft kind, stop ids: the invariant at every round, no
     truncate that grows a cache, logits equal to a fresh prefill's."""
     case = data.draw(greedy_cases(kind, max_new=(1, 24)), label="case")
-    temperature = data.draw(st.sampled_from((0.0, 1.0, 0.7)), label="temperature")
+    temperature = data.draw(st.sampled_from(temperatures(impl, (0.0, 1.0, 0.7))), label="temperature")
     check_cache_invariant(impl, case.replace(temperature=temperature))
 
 
@@ -39,7 +40,7 @@ def test_full_blocks_and_rejections(impl, kind):
     target = TableSpec(9, seed=21) if kind == "table" else Qwen3Spec(9, seed=21, layers=2)
     for variant in ("perfect", "noisy", "random", "negated"):
         for k in (1, 3):
-            for temperature in (0.0, 1.0):
+            for temperature in temperatures(impl, (0.0, 1.0)):
                 check_cache_invariant(impl, EngineCase(target, DraftSpec(variant, 3), (4, 1, 2), 12,
                                                        k=k, temperature=temperature, seed=k))
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from properties import profiles
+from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import DraftSpec
 from properties.strategies import prompts, seeds, target_specs
@@ -26,6 +27,6 @@ def test_perfect_draft(impl, kind, data):
                       prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(1, 30), label="max_new_tokens"),
                       k=data.draw(st.integers(1, 8), label="k"),
-                      temperature=data.draw(st.sampled_from((0.0, 0.9, 1.5)), label="temperature"),
+                      temperature=data.draw(st.sampled_from(temperatures(impl, (0.0, 0.9, 1.5))), label="temperature"),
                       seed=data.draw(seeds(), label="seed"))
     check_perfect_draft(impl, case)

@@ -17,6 +17,7 @@ detect at that n.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from properties import profiles, statistics
 from properties.cases import RuleCase
@@ -103,8 +104,7 @@ def rule_delta() -> float:
 def commit(impl, prop, check, case, p, q, x, generator, where: str):
     """One accept_or_correct call under the kit's guards: (token, accepted) as (int, bool)."""
     try:
-        out = invoke(impl, "accept_or_correct", p, q, x, generator=generator,
-                     inputs=(("p", p), ("q", q)))
+        out = invoke(impl, "accept_or_correct", p, q, x, generator=generator)
     except EngineFault as exc:
         fail(impl, prop, check, case, f"{where}, accept_or_correct(p, q, token={x}): "
                                       f"{exc.describe()}")
@@ -118,6 +118,15 @@ def commit(impl, prop, check, case, p, q, x, generator, where: str):
              f"{where}, accept_or_correct(p, q, token={x}) returned {out!r}; the API expects "
              f"a pair (token, accepted): the committed token id and whether the proposal was "
              f"accepted ({exc})")
+
+
+def _inputs_intact(impl, prop, check, case, p, q, p_in, q_in):
+    """p and q are compared with copies once per check (a copy per call would cost more than
+    the call itself)."""
+    for name, before, after in (("p", p, p_in), ("q", q, q_in)):
+        if not torch.equal(before, after):
+            fail(impl, prop, check, case, f"accept_or_correct mutated {name} in place: it was "
+                                          f"{before.tolist()[:8]}, it is now {after.tolist()[:8]}")
 
 
 def check_rule(impl, case: RuleCase, delta: float | None = None):
@@ -147,6 +156,7 @@ def check_rule(impl, case: RuleCase, delta: float | None = None):
         ys.append(label[y])
         accs.append(accepted)
         outcomes.append((xlabel[x], accepted, label[y]))
+    _inputs_intact(impl, prop, CHECK, case, p, q, p_in, q_in)
     binned = " (tokens grouped into bins of equal p-mass)" if len(pn) > LARGE_VOCAB else ""
     checks = [
         ("the committed token is distributed as p" + binned,
@@ -183,3 +193,4 @@ def check_support(impl, case: RuleCase, calls: int = 50):
         if accepted and y != x:
             fail(impl, "rule: support", SUPPORT, case,
                  f"accept_or_correct(p, q, token={x}) returned ({y}, True)")
+    _inputs_intact(impl, "rule: support", SUPPORT, case, p, q, p_in, q_in)
