@@ -20,7 +20,7 @@ decision, rollback, commit, stats), so only the layout of the first call differs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -29,20 +29,23 @@ from tests.mutants.engine import Sampling, Speculator, _as_token_list, _check_in
 
 
 @dataclass
-class Tally:
-    """What the stats are made of: target calls that produced tokens, proposals kept / made."""
+class Call:
+    """One speculative_generate call's state: the models, their caches, the output so far and
+    what the stats are made of (target calls that produced tokens, proposals kept / made)."""
 
+    target: object
+    draft: object
+    t_cache: object
+    d_cache: object
+    device: torch.device
+    s: Sampling
+    generator: object
+    limit: int
+    stops: frozenset
+    output: list = field(default_factory=list)
     rounds: int = 0
     accepted: int = 0
     proposed: int = 0
-
-
-def _arguments(prompt_ids, max_new_tokens, k, temperature, stop_ids, top_k, top_p):
-    prompt = _as_token_list(prompt_ids)
-    _check_int("max_new_tokens", max_new_tokens, 0)
-    _check_int("k", k, 1)
-    check_sampling_args(temperature, top_k, top_p)
-    return prompt, Sampling(float(temperature), top_k, float(top_p)), _stop_set(stop_ids)
 
 
 def _check_vocab(logits, draft_vocab):
@@ -54,31 +57,51 @@ def _check_vocab(logits, draft_vocab):
 class _Layout(Speculator):
     """The chapter's rounds from a given state on; subclasses lay out the first call."""
 
-    def settle(self, engine_state, new_tokens, accepted, proposals, tally, output, limit, stops):
+    def start(self, target, draft, prompt_ids, max_new_tokens, k, temperature, stop_ids,
+              generator, top_k, top_p):
+        """Check the arguments; (prompt, Call with fresh caches), or (prompt, None) when
+        nothing is to be generated."""
+        prompt = _as_token_list(prompt_ids)
+        _check_int("max_new_tokens", max_new_tokens, 0)
+        _check_int("k", k, 1)
+        check_sampling_args(temperature, top_k, top_p)
+        stops = _stop_set(stop_ids)
+        if max_new_tokens == 0:
+            return prompt, None
+        capacity = len(prompt) + max_new_tokens + k + 1
+        call = Call(target, draft, target.new_cache(1, capacity), draft.new_cache(1, capacity),
+                    next(iter(target.parameters())).device,
+                    Sampling(float(temperature), top_k, float(top_p)), generator,
+                    max_new_tokens, stops)
+        return prompt, call
+
+    def result(self, call):
+        if call is None:
+            return [], self.stats([], 0, 0, 0)
+        return call.output, self.stats(call.output, call.rounds, call.accepted, call.proposed)
+
+    def settle(self, call, base, d_base, proposals, new_tokens, accepted) -> bool:
         """Roll both caches back to the invariant, count the round, commit its tokens.
 
-        `engine_state` is (target, draft, t_cache, d_cache, base, d_base, device).
-        Returns True when generation is over.
-        """
-        target, draft, t_cache, d_cache, base, d_base, device = engine_state
-        self.rollback_target(t_cache, base, accepted, new_tokens)
-        self.rollback_draft(draft, d_cache, d_base, accepted, new_tokens, proposals, device)
-        tally.rounds += 1
-        tally.accepted += accepted
-        tally.proposed += len(proposals)
-        return self.commit(output, new_tokens, limit, stops)
+        Returns True when generation is over."""
+        self.rollback_target(call.t_cache, base, accepted, new_tokens)
+        self.rollback_draft(call.draft, call.d_cache, d_base, accepted, new_tokens, proposals,
+                            call.device)
+        call.rounds += 1
+        call.accepted += accepted
+        call.proposed += len(proposals)
+        return self.commit(call.output, new_tokens, call.limit, call.stops)
 
-    def rounds_from(self, target, draft, t_cache, d_cache, last, k, s, generator, device,
-                    output, limit, stops, tally):
+    def rounds_from(self, call, last, k) -> None:
         """Speculate until done; at entry both caches hold the committed sequence but `last`."""
         while True:
-            base, d_base = t_cache.length, d_cache.length
-            proposals, qs, draft_vocab = self.propose(draft, d_cache, last, k, s, generator, device)
-            logits = self.verify(target, t_cache, last, proposals, device)
+            base, d_base = call.t_cache.length, call.d_cache.length
+            proposals, qs, draft_vocab = self.propose(call.draft, call.d_cache, last, k, call.s,
+                                                      call.generator, call.device)
+            logits = self.verify(call.target, call.t_cache, last, proposals, call.device)
             _check_vocab(logits, draft_vocab)
-            new_tokens, accepted = self.decide(logits, proposals, qs, s, generator)
-            state = (target, draft, t_cache, d_cache, base, d_base, device)
-            if self.settle(state, new_tokens, accepted, proposals, tally, output, limit, stops):
+            new_tokens, accepted = self.decide(logits, proposals, qs, call.s, call.generator)
+            if self.settle(call, base, d_base, proposals, new_tokens, accepted):
                 return
             last = new_tokens[-1]
 
@@ -104,24 +127,18 @@ class FirstTokenFromPrefill(_Layout):
     def speculative_generate(self, target, draft, prompt_ids, max_new_tokens, k=4,
                              temperature=0.0, stop_ids=(), generator=None, *, top_k=0,
                              top_p=1.0):
-        prompt, s, stops = _arguments(prompt_ids, max_new_tokens, k, temperature, stop_ids,
-                                      top_k, top_p)
-        output: list[int] = []
-        tally = Tally()
-        if max_new_tokens == 0:
-            return output, self.stats(output, 0, 0, 0)
-        device = next(iter(target.parameters())).device
-        capacity = len(prompt) + max_new_tokens + k + 1
-        t_cache, d_cache = target.new_cache(1, capacity), draft.new_cache(1, capacity)
-        ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        prompt, call = self.start(target, draft, prompt_ids, max_new_tokens, k, temperature,
+                                  stop_ids, generator, top_k, top_p)
+        if call is None:
+            return self.result(call)
+        ids = torch.tensor([prompt], dtype=torch.long, device=call.device)
         # The target's next-token row after the prompt: the same choice its own decoder makes.
-        first = self.bonus_token(target(ids, t_cache)[0, -1], s, generator)
-        draft(ids, d_cache)
-        tally.rounds = 1
-        if not self.commit(output, [first], max_new_tokens, stops):
-            self.rounds_from(target, draft, t_cache, d_cache, first, k, s, generator, device,
-                             output, max_new_tokens, stops, tally)
-        return output, self.stats(output, tally.rounds, tally.accepted, tally.proposed)
+        first = self.bonus_token(target(ids, call.t_cache)[0, -1], call.s, generator)
+        draft(ids, call.d_cache)
+        call.rounds = 1
+        if not self.commit(call.output, [first], max_new_tokens, call.stops):
+            self.rounds_from(call, first, k)
+        return self.result(call)
 
 
 class PrefillMergedWithVerify(_Layout):
@@ -143,45 +160,36 @@ class PrefillMergedWithVerify(_Layout):
     def speculative_generate(self, target, draft, prompt_ids, max_new_tokens, k=4,
                              temperature=0.0, stop_ids=(), generator=None, *, top_k=0,
                              top_p=1.0):
-        prompt, s, stops = _arguments(prompt_ids, max_new_tokens, k, temperature, stop_ids,
-                                      top_k, top_p)
-        output: list[int] = []
-        tally = Tally()
-        if max_new_tokens == 0:
-            return output, self.stats(output, 0, 0, 0)
-        device = next(iter(target.parameters())).device
-        capacity = len(prompt) + max_new_tokens + k + 1
-        t_cache, d_cache = target.new_cache(1, capacity), draft.new_cache(1, capacity)
-        proposals, qs, draft_vocab = self.propose_after_prompt(draft, d_cache, prompt, k, s,
-                                                               generator, device)
-        block = torch.tensor([prompt + proposals], dtype=torch.long, device=device)
+        prompt, call = self.start(target, draft, prompt_ids, max_new_tokens, k, temperature,
+                                  stop_ids, generator, top_k, top_p)
+        if call is None:
+            return self.result(call)
+        proposals, qs, draft_vocab = self.propose_after_prompt(call, prompt, k)
+        block = torch.tensor([prompt + proposals], dtype=torch.long, device=call.device)
         # Row P - 1 predicts the token after the prompt, i.e. it verifies d1.
-        logits = target(block, t_cache)[0, len(prompt) - 1:]
+        logits = target(block, call.t_cache)[0, len(prompt) - 1:]
         _check_vocab(logits, draft_vocab)
-        new_tokens, accepted = self.decide(logits, proposals, qs, s, generator)
+        new_tokens, accepted = self.decide(logits, proposals, qs, call.s, generator)
         base = len(prompt) - 1
-        state = (target, draft, t_cache, d_cache, base, base, device)
-        if not self.settle(state, new_tokens, accepted, proposals, tally, output,
-                           max_new_tokens, stops):
-            self.rounds_from(target, draft, t_cache, d_cache, new_tokens[-1], k, s, generator,
-                             device, output, max_new_tokens, stops, tally)
-        return output, self.stats(output, tally.rounds, tally.accepted, tally.proposed)
+        if not self.settle(call, base, base, proposals, new_tokens, accepted):
+            self.rounds_from(call, new_tokens[-1], k)
+        return self.result(call)
 
-    def propose_after_prompt(self, draft, d_cache, prompt, k, s, generator, device):
+    def propose_after_prompt(self, call, prompt, k):
         """k proposals: the first from the draft's prefill of the prompt, then one per forward.
 
         The draft ends holding prompt + d1..d(k-1), as after a chapter-style proposal step.
         """
-        ids = torch.tensor([prompt], dtype=torch.long, device=device)
-        logits = draft(ids, d_cache)[0, -1]
-        vocab = logits.shape[-1]
-        token, q = self.draft_step(logits, s, generator)
+        ids = torch.tensor([prompt], dtype=torch.long, device=call.device)
+        logits = call.draft(ids, call.d_cache)[0, -1]
+        token, q = self.draft_step(logits, call.s, call.generator)
         proposals, qs = [token], [q]
         if k > 1:
-            more, more_qs, _ = self.propose(draft, d_cache, token, k - 1, s, generator, device)
+            more, more_qs, _ = self.propose(call.draft, call.d_cache, token, k - 1, call.s,
+                                            call.generator, call.device)
             proposals += more
             qs += more_qs
-        return proposals, qs, vocab
+        return proposals, qs, logits.shape[-1]
 
 
 ALTERNATIVE = [FirstTokenFromPrefill, PrefillMergedWithVerify]
