@@ -64,7 +64,9 @@ def main(argv=None):
     spec.add_argument("--draft", choices=["all", "perfect", "early-exit", "prompt-lookup"], default="all")
     spec.add_argument("--early-layers", type=int, default=2, help="layers in the early-exit draft")
     spec.add_argument("--adaptive", action="store_true", help="choose k each round by expected speedup")
-    spec.add_argument("--tree", action="store_true", help="greedy tree verification, top-2 at 3 depths")
+    spec.add_argument("--tree", action="store_true",
+                      help="tree verification, 2 children at 3 depths (greedy, or exact sampling "
+                           "with --temperature)")
     spec.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
