@@ -1,12 +1,15 @@
-"""Greedy tree verification: tree == chain == target greedy, for several tree shapes."""
+"""Tree verification in the fast engine: greedy tree == chain == target greedy for several
+shapes; exact sampling (the vectorized recursive rejection, statistically), stops and budgets."""
 
 import pytest
 import torch
+from scipy import stats
 
 import fast
 from fast.engine import FastEngine
 from fast.testing import target_greedy
-from fast.tree import TreeShape, generate_tree
+from fast.sampling import draw
+from fast.tree import TreeShape, generate_tree, sampled_path
 from reference.model import EarlyExit, random_model
 
 
@@ -56,3 +59,81 @@ def test_batched_tree_rows_equal_solo_greedy(target):
     engine = FastEngine(target, EarlyExit(target, 2), max_batch=3, max_cache_len=64)
     outputs, _ = generate_tree(engine, prompts, [12, 20, 5], (2, 2))
     assert outputs == [target_greedy(target, p, n) for p, n in zip(prompts, [12, 20, 5])]
+
+
+# --- exact sampling over the tree --------------------------------------------------------
+
+def _chi_square_ok(tokens, p, alpha=1e-6):
+    """Counts of tokens [n] against the law p [V] (cells with p > 0), Pearson chi-square."""
+    counts = torch.bincount(tokens, minlength=p.numel()).double()
+    assert counts[p == 0].sum() == 0, "a token with probability 0 was committed"
+    keep = p > 0
+    return stats.chisquare(counts[keep].numpy(), (counts.sum() * p[keep]).numpy()).pvalue > alpha
+
+
+def _uniforms(shape, seed):
+    return torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_sampled_path_commits_p_at_one_node():
+    """Three i.i.d. siblings, recursive rejection: the first committed token ~ p (n = 20000 rows
+    at alpha 1e-6 detects total variation 0.05 with power > 0.999)."""
+    B, shape = 20000, TreeShape((3,), "cpu")
+    p0 = torch.tensor([0.35, 0.015, 0.207, 0.428], dtype=torch.float64)
+    q0 = torch.tensor([0.222, 0.753, 0.003, 0.022], dtype=torch.float64)
+    kids = draw(q0.expand(B * 3, 4), _uniforms(B * 3, 1)).view(B, 3)
+    ids = torch.cat([torch.zeros(B, 1, dtype=torch.long), kids], 1)             # [B, 4]
+    best, correction = sampled_path(shape, ids, p0.expand(B, 4, 4), q0.expand(B, 1, 4),
+                                    _uniforms((B, 1, 3), 2), _uniforms(B, 3))
+    first = torch.where(best > 0, ids.gather(1, best[:, None])[:, 0], correction)
+    assert _chi_square_ok(first, p0)
+
+
+def test_sampled_path_follows_the_target_down_the_tree():
+    """A (2, 2) tree whose p and q at a node depend on the node's token: the first token ~ p0,
+    and after an accepted first token x the next committed token ~ P[x] (from the accepted
+    grandchild or the node's residual draw), and the same after a leaf (the bonus)."""
+    B, V, shape = 30000, 3, TreeShape((2, 2), "cpu")
+    g = torch.Generator().manual_seed(5)
+    P = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 1.5, -1)  # [V, V]
+    Q = torch.softmax(torch.randn(V, V, generator=g, dtype=torch.float64) * 1.5, -1)
+    p0, q0 = P[0], Q[0]
+    level1 = draw(q0.expand(B * 2, V), _uniforms(B * 2, 6)).view(B, 2)             # nodes 1, 2
+    level2 = draw(Q[level1].repeat_interleave(2, 1).reshape(-1, V), _uniforms(B * 4, 7)).view(B, 4)
+    ids = torch.cat([torch.zeros(B, 1, dtype=torch.long), level1, level2], 1)      # [B, 7]
+    p = torch.where((torch.arange(7) == 0)[None, :, None], p0, P[ids])             # [B, 7, V]
+    q = torch.where((torch.arange(3) == 0)[None, :, None], q0, Q[ids[:, :3]])      # [B, 3, V]
+    best, correction = sampled_path(shape, ids, p, q, _uniforms((B, 2, 2), 8), _uniforms(B, 9))
+    block = torch.cat([ids.gather(1, shape.path[best][:, 1:]), correction[:, None]], 1)
+    depth = shape.depth[best]
+    committed = torch.where(torch.arange(3)[None] < depth[:, None], block, correction[:, None])
+    assert _chi_square_ok(committed[:, 0], p0)
+    for x in range(V):
+        after = committed[(depth >= 1) & (committed[:, 0] == x), 1]
+        assert len(after) > 500 and _chi_square_ok(after, P[x])
+    leaf = depth == 2
+    for x in range(V):
+        bonus = committed[leaf & (committed[:, 1] == x), 2]
+        if len(bonus) > 500:
+            assert _chi_square_ok(bonus, P[x])
+
+
+def test_perfect_draft_accepts_every_path_under_sampling(target):
+    g = torch.Generator().manual_seed(0)
+    out, stats_ = fast.tree_generate(target, target, [1, 2, 3], 20, tree=(2, 2, 2),
+                                     temperature=0.9, generator=g)
+    assert len(out) == 20 and stats_["acceptance_rate"] == 1.0 and stats_["rounds"] == 5
+
+
+def test_sampled_batched_tree_rows_stop_and_keep_budgets(target):
+    prompts = [[4], [5, 6, 7, 8, 9, 10], [100, 3]]
+    engine = FastEngine(target, EarlyExit(target, 2), max_batch=3, max_cache_len=64)
+    g = torch.Generator().manual_seed(3)
+    outputs, _ = engine.generate_tree(prompts, [12, 20, 5], (2, 2), temperature=1.1,
+                                      generator=g, top_k=40, top_p=0.95)
+    assert [len(o) for o in outputs] == [12, 20, 5]
+    stop = outputs[1][3]
+    again, _ = engine.generate_tree(prompts, [12, 20, 5], (2, 2), (stop,), temperature=1.1,
+                                    generator=torch.Generator().manual_seed(3), top_k=40, top_p=0.95)
+    for row in again:
+        assert len(row) <= 20 and (stop not in row or row.index(stop) == len(row) - 1)
