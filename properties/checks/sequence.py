@@ -32,6 +32,9 @@ def check_sequence(impl, case: EngineCase, delta: float | None = None):
                               kw.get("top_k", 0), kw.get("top_p", 1.0), case.stop_ids)
     outcomes = list(law)
     the_plan = plan([law[o] for o in outcomes], delta)
+    probe = run_engine(impl, case)   # the first run of a test is also checked for determinism
+    if probe.error is not None:
+        fail(impl, prop, CHECK, case, probe.describe_error())
     generator = seed_everything(case.seed)
     observed = Counter()
     for i in range(the_plan.n):
