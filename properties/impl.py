@@ -174,13 +174,21 @@ def _import_path(path: Path):
     return module
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _import(spec: str):
     target = ALIASES.get(spec, spec)
-    if Path(target).is_dir():
+    pathlike = target.endswith(".py") or os.sep in target or "/" in target
+    if Path(target).is_dir() and (pathlike or not _importable(target)):
         raise ImplError(f"--impl={spec} is a directory; give the .py file that defines the "
                         f"functions (e.g. {target.rstrip('/')}/speculative.py), a module name, or "
                         f"MODULE:ATTR")
-    if target.endswith(".py") or os.sep in target or "/" in target:
+    if pathlike:
         path = Path(target)
         if not path.is_file():
             raise ImplError(f"--impl={spec}: no such file {path}")

@@ -41,7 +41,7 @@ def test_every_form_of_impl_resolves():
     chapter = load(CHAPTER)
     assert chapter.levels == ("rule", "engine")
     assert not chapter.accepts("speculative_generate", "top_k")
-    assert set(chapter.missing) == {"batched"}
+    assert set(chapter.missing) == {"batched", "tree"}
     dotted = load("properties.examples.chapter_engine")
     assert dotted.functions["accept_or_correct"] is chapter.functions["accept_or_correct"]
     mutant = load("tests/mutants/catalogue.py:InvertedRatio")
@@ -119,7 +119,7 @@ def test_header_summary_and_json(tmp_path):
     assert f"implementation under test: --impl={CHAPTER}" in proc.stdout
     assert "levels: rule (accept_or_correct), engine (speculative_generate)" in proc.stdout
     assert "conformance summary" in proc.stdout and "CONFORMANT" in proc.stdout
-    assert "has no batched_generate, tree_generate" in proc.stdout
+    assert "has no batched_generate" in proc.stdout
     data = json.loads(out.read_text())
     assert data["impl"] == CHAPTER and data["conformant"]
     assert data["families"]["rule"]["passed"] == 1
@@ -197,3 +197,39 @@ def test_profile_from_environment(tmp_path):
                            f"--impl={CHAPTER}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert "hypothesis profile 'thorough'" in proc.stdout or "profile thorough" in proc.stdout
+
+
+def test_a_directory_is_not_an_implementation(tmp_path):
+    with pytest.raises(ImplError, match="is a directory"):
+        load(str(tmp_path))
+    with pytest.raises(ImplError, match="is a directory"):
+        load("tests/mutants")
+
+
+def test_misnamed_engine_gets_a_hint(tmp_path):
+    path = write(tmp_path, "misnamed.py", """
+        def accept_or_correct(p, q, token, generator=None):
+            return token, True
+
+        def speculative_decode(target, draft, prompt_ids, max_new_tokens, k=4):
+            return [], {}
+    """)
+    impl = load(path)
+    assert impl.levels == ("rule",)
+    assert impl.hints["speculative_generate"] == "speculative_decode"
+    assert "did you mean speculative_generate?" in impl.header()
+
+
+@pytest.mark.parametrize("declared,message", [
+    ({"greedy": "no argmax", "graedy": "typo"}, "unknown family 'graedy'"),
+    (["greedy"], "must be a dict"),
+])
+def test_kit_not_applicable_is_validated(tmp_path, declared, message):
+    path = write(tmp_path, "declares.py", f"""
+        KIT_NOT_APPLICABLE = {declared!r}
+
+        def accept_or_correct(p, q, token, generator=None):
+            return token, True
+    """)
+    with pytest.raises(ImplError, match=message):
+        load(path)
