@@ -7,8 +7,13 @@
     catalogue.CORRECT          [Speculator] (classes; instantiate with no arguments)
     catalogue.CORRECT_MODULES  [independent] (modules exposing the same API)
     catalogue.correct_implementations()  ready-to-use correct objects
+    alternative.ALTERNATIVE    two more correct engines with other round layouts (the first
+                               token from the prefill; the prefill merged with the first verify)
+    hostile.HOSTILE            engines that break the rules of the call (weights, prompt, global
+                               RNGs, stale caches, nondeterminism, hangs, exits, wrong returns)
+    misnamed, not_applicable_typo, sampling_only   modules whose shape is the point
 
-See README.md in this folder for the table of mutants.
+See README.md in this folder for the tables of mutants, alternative and hostile engines.
 """
 
 from tests.mutants.catalogue import (CORRECT, CORRECT_MODULES, FAMILIES, MUTANTS,
