@@ -17,7 +17,8 @@ import sys
 import torch
 
 from properties.cases import namespace
-from properties.harness import PropertyFailure
+from properties import guards
+from properties.harness import PropertyFailure, PropertyHang
 from properties.impl import ImplError, load
 
 
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", default="reference")
+    parser.add_argument("--kit-timeout", type=float, default=guards.TIMEOUT, metavar="SECONDS",
+                        help="time limit of each call into the implementation (0: none)")
     parser.add_argument("check", help="MODULE:FUNCTION, e.g. properties.checks.rule:check_rule")
     parser.add_argument("case", help="the case, as printed in the failure message")
     args = parser.parse_args(argv)
@@ -42,8 +45,13 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(1)
     try:
+        guards.set_timeout(args.kit_timeout)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
         check(impl, case)
-    except PropertyFailure as exc:
+    except (PropertyFailure, PropertyHang) as exc:
         print(exc)
         return 1
     except BaseException as exc:  # pytest.skip and friends

@@ -34,7 +34,7 @@ def _not_applicable_unless_cached(impl, run):
 
 
 def check_cache_invariant(impl, case: EngineCase, check_logits: bool = True):
-    prop = "cache: both caches hold the committed sequence minus its newest token"
+    prop = "cache: every model call sees the committed sequence (and the round's proposals)"
     run = run_engine(impl, case, check_logits=check_logits)
     _not_applicable_unless_cached(impl, run)
     tokens = run.tokens
