@@ -172,13 +172,14 @@ def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
 
 @st.composite
 def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), (2, 1)),
-                        top_k: bool = False, top_p: bool = False, stops: bool = False) -> TreeCase:
+                        length=(2, 3), top_k: bool = False, top_p: bool = False,
+                        stops: bool = False) -> TreeCase:
     """Sampled tree runs whose first L tokens have an outcome space small enough for an exact
     chi-square test: one-layer qwen3 targets, vocabularies of 3-4, L of 2-3 (at most 32
     outcomes), drafts unlike the target first (rejections, so every sibling gets tried)."""
     target = draw(qwen3_specs(vocab=vocab, layers=(1,)))
     draft = draw(draft_specs(target, ("random", "negated", "noisy", "rolled")))
-    L = draw(st.integers(2, 3))
+    L = draw(st.integers(*length))
     if target.vocab ** L > 32:
         L = 2
     case = TreeCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),

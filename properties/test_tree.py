@@ -13,7 +13,8 @@ The canonical examples below run in every profile; each is chosen so that one ki
 sampling bug shows (tests/mutants/tree.py): a one-level tree of 3 children with a draft unlike
 the target (every sibling tried, the residual carried twice, a repeated sibling token common;
 chosen by the exact law of one node under each mutant's rule, tests/test_reference_tree.py), a
-two-level tree whose full paths are accepted often (the token after a leaf), and filters.
+close draft whose paths reach a leaf often (the token after a leaf), and filters. Generated
+examples add deeper trees (up to (2, 2)) and other temperatures, drafts and prompts.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ pytestmark = pytest.mark.family("tree")
 # 0.145-0.39 of total variation here (power > 0.9999 at the planned n, by the exact node law).
 S_SIBLINGS = TreeCase(Qwen3Spec(4, seed=7), DraftSpec("random", 0), (2,), 1, tree=(3,),
                       temperature=1.0, seed=11)
-S_PATHS = TreeCase(Qwen3Spec(3, seed=7), DraftSpec("noisy", 2), (2, 0), 3, tree=(2, 2),
-                   temperature=1.3, seed=12)
-S_FILTERS = TreeCase(Qwen3Spec(4, seed=2), DraftSpec("random", 3), (1,), 2, tree=(2, 2),
+# A close draft: the first token is usually an accepted child, so the second is the token after
+# a leaf, drawn from the target at that leaf (a bonus drawn one node too high moves TV 0.97).
+S_PATHS = TreeCase(Qwen3Spec(3, seed=18), DraftSpec("noisy", 0), (1,), 2, tree=(2,),
+                   temperature=0.7, seed=12)
+S_FILTERS = TreeCase(Qwen3Spec(4, seed=2), DraftSpec("random", 3), (1,), 2, tree=(3,),
                      temperature=1.3, seed=13, top_k=3, top_p=0.8)
 # Cache examples: several rounds, rejections and full paths.
 C_GREEDY = TreeCase(Qwen3Spec(16, seed=3, layers=2), DraftSpec("noisy", 1), (3, 1, 4), 14,
@@ -94,7 +97,7 @@ def test_tree_sampled_cache_in_place(impl, case):
 
 @pytest.mark.needs(kind="qwen3", keywords=("temperature",))
 @profiles.statistical(checks=1, scale=0.5)
-@given(case=tree_sampling_cases())
+@given(case=tree_sampling_cases(length=(2, 2)))
 @example(case=S_SIBLINGS)
 @example(case=S_PATHS)
 def test_tree_sampling_exact(impl, case):
@@ -103,7 +106,7 @@ def test_tree_sampling_exact(impl, case):
 
 @pytest.mark.needs(kind="qwen3", keywords=("temperature", "top_k", "top_p"))
 @profiles.statistical(checks=1, scale=0.5)
-@given(case=tree_sampling_cases(vocab=(4, 4), top_k=True, top_p=True))
+@given(case=tree_sampling_cases(vocab=(4, 4), shapes=((2,), (3,)), top_k=True, top_p=True))
 @example(case=S_FILTERS)
 def test_tree_filters_exact(impl, case):
     check_tree_sampling(impl, case)
