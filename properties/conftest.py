@@ -211,6 +211,15 @@ def pytest_collection_finish(session):
             _write_json(config, None)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under xdist the controller collects nothing itself: the kit tests it expects reports of
+    are the ids the workers collected (their families arrive with the reports)."""
+    config = node.config
+    if hasattr(config, "_kit_impl") and not config._kit_planned:
+        config._kit_planned = {i: None for i in ids if i.startswith("properties/test_")}
+
+
 def _mark_xfails(config, items):
     ids = getattr(config, "_kit_xfails", [])
     if not ids:
@@ -318,7 +327,8 @@ class _Recorder:
         tr = config.pluginmanager.get_plugin("terminalreporter")
         now = time.monotonic()
         started, last = self.family_started.setdefault(family, (now - report.duration, now))
-        planned = [n for n, f in config._kit_planned.items() if f == family]
+        planned = [n for n, f in config._kit_planned.items()
+                   if (f or config._kit_outcomes.get(n, (None,))[0]) == family]
         done = [n for n in planned if n in config._kit_outcomes]
         if tr is None or not planned or (now - last < PROGRESS_EVERY and len(done) < len(planned)):
             return
@@ -347,7 +357,9 @@ def summary(config, exitstatus=None) -> dict:
                                              "planned": 0}
                for f in families.FAMILIES}
     for nodeid, family in config._kit_planned.items():
-        entries[family]["planned"] += 1
+        family = family or config._kit_outcomes.get(nodeid, (None,))[0]
+        if family is not None:
+            entries[family]["planned"] += 1
     for nodeid, (family, outcome, reason) in sorted(config._kit_outcomes.items()):
         entry = entries[family]
         entry[outcome] += 1

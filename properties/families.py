@@ -32,7 +32,8 @@ class Family:
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("rule", "rule",
            "accept_or_correct commits a token distributed exactly as p",
-           f"TV >= {statistics.DELTA_RULE} in the committed token's law"),
+           f"TV >= {statistics.DELTA_RULE} in the committed token's law "
+           f"({statistics.DELTA_RULE_THOROUGH} in the thorough profile)"),
     Family("greedy", "engine",
            "at temperature 0 the output is exactly the target's greedy output"),
     Family("sequence", "engine",
