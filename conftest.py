@@ -20,9 +20,3 @@ try:
 except InvalidArgument as exc:
     raise pytest.UsageError(f"HYPOTHESIS_PROFILE: {exc}") from exc
 
-
-def pytest_configure(config):
-    # the kit's marker (properties/conftest.py acts on it); registered here too so that modules
-    # importing the kit's test modules (tests/test_statistics.py) work under --strict-markers
-    config.addinivalue_line("markers", "kit(level, kind=None, keywords=()): what a kit "
-                                       "property needs from the implementation under test")

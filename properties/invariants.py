@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from properties.harness import first_difference
 from properties.models import Trace
 
 
@@ -59,13 +60,6 @@ class Analysis:
     problem: str | None
     chain: bool              # False when the engine used masks/positions (tree verification)
     target_calls: int = 0
-
-
-def _first_difference(held, want) -> int:
-    for i, (a, b) in enumerate(zip(held, want)):
-        if a != b:
-            return i
-    return min(len(held), len(want))
 
 
 def _committed(c, i) -> str:
@@ -104,7 +98,7 @@ def analyse(trace: Trace, prompt, output) -> Analysis:
             target_calls += 1
             if problem is None:
                 problem = _check_drafted(drafted, e, frontier, round_no, fail)
-            kept = _first_difference(fed, c[s:])
+            kept = first_difference(fed, c[s:])
             after = min(max(frontier, s + kept + 1), len(c))
             proposals = max(0, s + len(fed) - frontier)
             accepted = max(0, min(s + kept, len(c)) - frontier) if proposals else 0
@@ -134,7 +128,7 @@ def _check_context(e, held, c, frontier, round_no, fail) -> str | None:
     checked against the target's verify call in `_check_drafted`.)"""
     s, fed, who = e.start, list(e.tokens), e.role
     limit = s if who == "target" else min(s, frontier)
-    i = _first_difference(held[:limit], c[:limit])
+    i = first_difference(held[:limit], c[:limit])
     if i < limit:
         if i >= len(c):
             return fail(f"round {round_no}: the {who} cache holds {s} entries, more than the "

@@ -44,7 +44,6 @@ DELTA_SEQUENCE = 0.12    # joint law of the first L tokens, per engine example (
 DELTA_SEQUENCE_QWEN3 = 0.15  # the same on qwen3 models, whose forwards cost more
 DELTA_BATCHED = 0.15     # joint law of the first L tokens of each batched prompt
 DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
-DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
 
 # Checks performed in this process (the conformance summary adds them up across workers).
 checks_run = 0
@@ -155,7 +154,6 @@ class Plan:
     delta: float         # the design deviation: TV >= delta is detected with >= power
     power: float         # approximate power at delta (>= POWER by construction)
     alpha: float
-    pooled_mass: float   # exact mass of cells that had to be pooled with others
 
     def describe(self) -> str:
         return (f"n={self.n} samples, df={self.df}, alpha={self.alpha:.0e}: detects total "
@@ -169,7 +167,7 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     df depends on n through pooling (more samples, fewer pooled cells, more df), so iterate
     upwards from the one-degree requirement: n <- sample_size(df(n)) until it is a fixpoint.
     The guarantee is for the pooled partition: with a large vocabulary most cells are pooled
-    (per stratum) and `pooled_mass` says how much of the distribution that concerns.
+    (per stratum), and a deviation confined within one pooled cell is not seen.
     """
     p = np.asarray(probs, dtype=np.float64)
     if not (p > 0).any():
@@ -183,12 +181,8 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     if max_n is not None and n > max_n:
         raise ValueError(f"the check needs {n} samples for delta={delta}, more than max_n={max_n}")
     df = pooled_df(p, n, strata, min_expected)
-    positive = np.flatnonzero(p > 0)
-    groups = pool_cells(n * p[positive], None if strata is None else [strata[i] for i in positive],
-                        min_expected)
-    pooled = sum(p[positive][g].sum() for g in groups if len(g) > 1)
     return Plan(n=n, df=df, delta=delta, power=power_lower_bound(n, df, delta, alpha),
-                alpha=alpha, pooled_mass=float(pooled))
+                alpha=alpha)
 
 
 # --------------------------------------------------------------------------- the test
