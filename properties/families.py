@@ -50,7 +50,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "every row of a ragged batch is exact, greedy and sampled",
            f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows"),
     Family("tree", "tree",
-           "tree verification: greedy == target greedy, sampled law exact, caches, bounds"),
+           "tree verification: greedy == target greedy, sampled law exact, caches, bounds",
+           f"TV >= {statistics.DELTA_TREE} in the joint law of the sampled outputs"),
     # served engines (--impl=openai:URL, properties/serve): one family per property
     Family("served_greedy", "served",
            "a served engine's greedy output is the target's, and the unspeculated server's"),

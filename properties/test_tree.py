@@ -41,7 +41,8 @@ S_SIBLINGS = TreeCase(Qwen3Spec(4, seed=7), DraftSpec("random", 0), (2,), 1, tre
 # a leaf, drawn from the target at that leaf (a bonus drawn one node too high moves TV 0.97).
 S_PATHS = TreeCase(Qwen3Spec(3, seed=18), DraftSpec("noisy", 0), (1,), 2, tree=(2,),
                    temperature=0.7, seed=12)
-S_FILTERS = TreeCase(Qwen3Spec(4, seed=2), DraftSpec("random", 3), (1,), 2, tree=(3,),
+# top-k and top-p both cut the support (7 of 16 outputs possible).
+S_FILTERS = TreeCase(Qwen3Spec(4, seed=4), DraftSpec("random", 3), (1,), 2, tree=(3,),
                      temperature=1.3, seed=13, top_k=3, top_p=0.8)
 # Cache examples: several rounds, rejections and full paths.
 C_GREEDY = TreeCase(Qwen3Spec(16, seed=3, layers=2), DraftSpec("noisy", 1), (3, 1, 4), 14,
