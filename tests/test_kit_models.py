@@ -108,10 +108,11 @@ def test_analysis_of_a_correct_run_matches_its_stats():
 
 
 @pytest.mark.parametrize("mutant,expected", [
-    ("TargetCacheOneShort", ["round 2", "target", "1 short"]),
-    ("TargetCacheOneLong", ["target", "extra entries"]),
+    ("TargetCacheOneShort", ["round 2", "target", "one entry short"]),
+    ("TargetCacheOneLong", ["target cache", "rolled-back proposal still in the cache"]),
     ("DraftCacheOneShort", ["round 2", "draft"]),
     ("DraftNotFedLastProposal", ["draft", "position"]),
+    ("DraftCacheNotRolledBack", ["draft", "position"]),
 ])
 def test_cache_failures_name_round_cache_and_position(mutant, expected):
     impl = load(f"tests/mutants/catalogue.py:{mutant}")
