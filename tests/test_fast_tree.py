@@ -137,3 +137,43 @@ def test_sampled_batched_tree_rows_stop_and_keep_budgets(target):
                                     generator=torch.Generator().manual_seed(3), top_k=40, top_p=0.95)
     for row in again:
         assert len(row) <= 20 and (stop not in row or row.index(stop) == len(row) - 1)
+
+
+def _sampled_tree_runs(engines, prompts, budgets, device="cpu"):
+    return [engine.generate_tree(prompts, budgets, (2, 2), temperature=1.0, top_p=0.9,
+                                 generator=torch.Generator(device=device).manual_seed(2))[0]
+            for engine in engines]
+
+
+def test_sampled_tree_graph_contract_emulated_on_a_cpu(target):
+    """Graph mode's contract (static buffers, captured steps replayed, whole-cache spans,
+    batch buckets with dead rows) emulated on the CPU: per-row random streams make the sampled
+    tree draw the same tokens as eager, and one host sync per round."""
+    prompts, budgets = [[1, 2, 3], [4], [5, 6, 7, 8], [9, 10]], [14, 1, 9, 0]
+    replayed = FastEngine(target, EarlyExit(target, 2), max_batch=4, max_cache_len=48)
+    replayed.steps.use_graphs = replayed.steps.emulate = True
+    eager = FastEngine(target, EarlyExit(target, 2), max_batch=4, max_cache_len=48,
+                       cuda_graphs=False)
+    runs = _sampled_tree_runs((replayed, eager), prompts, budgets)
+    assert runs[0] == runs[1] and [len(r) for r in runs[0]] == budgets
+    assert replayed.steps.replays > replayed.steps.captures > 0
+
+
+@pytest.mark.gpu
+def test_sampled_tree_graph_replay_equals_eager_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA: graph capture and replay exist only on a CUDA device")
+    target = random_model("tiny", seed=41, dtype=torch.float64, device="cuda")
+    prompts, budgets = [[1, 2, 3], [4], [5, 6, 7, 8], [9, 10]], [14, 1, 9, 0]
+    replayed = FastEngine(target, EarlyExit(target, 2), max_batch=4, max_cache_len=64,
+                          cuda_graphs=True)
+    eager = FastEngine(target, EarlyExit(target, 2), max_batch=4, max_cache_len=64,
+                       cuda_graphs=False)
+    for _ in range(2):  # the second call replays what the first captured
+        runs = _sampled_tree_runs((replayed, eager), prompts, budgets, "cuda")
+        assert runs[0] == runs[1] and [len(r) for r in runs[0]] == budgets
+    assert replayed.steps.replays > replayed.steps.captures > 0
+    out, stats = fast.tree_generate(target, target, [1, 2, 3], 20, tree=(2, 2, 2),
+                                    temperature=0.9, generator=torch.Generator("cuda").manual_seed(0),
+                                    cuda_graphs=True)
+    assert len(out) == 20 and stats["acceptance_rate"] == 1.0 and stats["host_syncs"] == stats["rounds"]
