@@ -62,6 +62,9 @@ class Event:
                     + (" with a mask" if self.masked else ""))
         if self.what == "truncate":
             return f"{self.role} cache #{self.cache}: truncate {self.start} -> {self.end}"
+        if self.what == "move":
+            return (f"{self.role} cache #{self.cache}: move entries {list(self.tokens)} to "
+                    f"{self.start}..{self.start + len(self.tokens) - 1}")
         return f"{self.role}.new_cache(capacity={self.end}) -> cache #{self.cache}"
 
 
@@ -190,6 +193,15 @@ class TracedKVCache(_Recording, KVCache):
     def advance(self, new_tokens: int) -> None:
         self.check_room(new_tokens)
         self._length += new_tokens
+
+    def move(self, sources, start) -> None:
+        """KVCache.move (tree verification keeps its accepted path this way), recorded: the
+        event lists the source slots, and the token record moves with the entries."""
+        KVCache.move(self, sources, start)
+        sources = [int(s) for s in sources]
+        self.trace.add("move", self.role, self.number, start=int(start), tokens=tuple(sources))
+        if sources:
+            self.tokens[:, start:start + len(sources)] = self.tokens[:, sources]
 
 
 class TableCache(_Recording):
