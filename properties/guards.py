@@ -6,7 +6,8 @@ process as the engine, so every call runs under these guards:
 
 * a time limit (``--kit-timeout``, default TIMEOUT seconds): an engine that hangs fails the
   property with the case, instead of hanging the run;
-* the weights of the models it was given: fingerprinted before and after; an engine that edits
+* the weights of the models it was given: compared with a copy taken when the kit first saw
+  them; an engine that edits
   them fails, naming the parameter, and the kit rebuilds its models so that no later check (the
   greedy reference among them) uses edited weights (the table models' tables are read-only
   arrays, so an edit there raises inside the engine);
@@ -23,7 +24,6 @@ the call, with the case and a replay line.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import random
 import signal
 import threading
@@ -82,11 +82,25 @@ _SEEDERS = ((torch, "manual_seed"), (torch, "seed"), (torch.random, "manual_seed
             (torch.cuda, "manual_seed"), (torch.cuda, "manual_seed_all"))
 
 
+def _global_states():
+    return (torch.get_rng_state(), random.getstate(), np.random.get_state(legacy=False))
+
+
+def _same_states(a, b) -> bool:
+    (ta, ra, na), (tb, rb, nb) = a, b
+    return (torch.equal(ta, tb) and ra == rb and na["bit_generator"] == nb["bit_generator"]
+            and all(np.array_equal(na["state"][k], nb["state"][k]) if isinstance(na["state"][k], np.ndarray)
+                    else na["state"][k] == nb["state"][k] for k in na["state"]))
+
+
 @contextlib.contextmanager
 def watch_reseeding(calls: list):
-    """Record (into `calls`) every global-RNG seeding function the block calls. The functions
-    still work: the point is to report the reseed, not to hide it."""
+    """Record (into `calls`) every global-RNG seeding function the block calls, unless the
+    block leaves the global RNG states exactly as it found them (a seed inside
+    `torch.random.fork_rng`, restored afterwards, changes nothing for the caller). The seeding
+    functions still work: the point is to report the reseed, not to hide it."""
     originals = []
+    seen: list = []
     for owner, name in _SEEDERS:
         fn = getattr(owner, name, None)
         if fn is None:
@@ -95,57 +109,64 @@ def watch_reseeding(calls: list):
 
         def recorder(*args, _fn=fn, _label=label, **kwargs):
             shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-            calls.append(f"{_label}({shown})")
+            seen.append(f"{_label}({shown})")
             return _fn(*args, **kwargs)
 
         originals.append((owner, name, fn))
         setattr(owner, name, recorder)
-    before = torch.initial_seed()
+    before_seed, before = torch.initial_seed(), _global_states()
     try:
         yield
     finally:
         for owner, name, fn in originals:
             setattr(owner, name, fn)
-        if not calls and torch.initial_seed() != before:
-            calls.append(f"torch's global seed changed from {before} to {torch.initial_seed()}")
+        if seen or torch.initial_seed() != before_seed:
+            if not _same_states(before, _global_states()):
+                calls.extend(seen or [f"torch's global seed changed from {before_seed} to "
+                                      f"{torch.initial_seed()}"])
 
 
 # --------------------------------------------------------------------------- weights
 
-def weights_of(model) -> dict:
-    """name -> tensor or array, for everything a kit model computes with."""
-    out = {}
+def _owner_and_tensors(model):
+    """The object that owns a kit model's weights, and its (name, tensor) pairs."""
     module = getattr(model, "module", None)
     if isinstance(module, torch.nn.Module):
-        out.update(module.state_dict(keep_vars=True))
+        return module, list(module.state_dict(keep_vars=True).items())
     # (the table models' tables are read-only arrays: writing to them raises in the engine)
-    if not out and hasattr(model, "parameters"):
-        try:
-            out.update({f"parameter {i}": p for i, p in enumerate(model.parameters())})
-        except TypeError:
-            pass
-    return out
+    try:
+        return model, [(f"parameter {i}", p) for i, p in enumerate(model.parameters())]
+    except (AttributeError, TypeError):
+        return model, []
 
 
-def _digest(value) -> str:
-    if torch.is_tensor(value):
-        data = value.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes() \
-            if value.numel() else b""
-        shape = tuple(value.shape)
-    else:
-        data, shape = np.ascontiguousarray(value).tobytes(), value.shape
-    return hashlib.blake2b(data + repr(shape).encode(), digest_size=16).hexdigest()
+# id(owner) -> (owner, [(name, live tensor, pristine copy)]): each weight as first seen
+_PRISTINE: dict[int, tuple] = {}
 
 
-def fingerprint(models) -> dict:
-    return {(role, name): _digest(value)
-            for role, model in models for name, value in weights_of(model).items()}
+def remember(models) -> None:
+    """Copy the weights of `models` ((role, model) pairs) the first time the kit sees them,
+    before any call into the implementation."""
+    for _, model in models:
+        owner, tensors = _owner_and_tensors(model)
+        seen = _PRISTINE.get(id(owner))
+        if seen is None or seen[0] is not owner:
+            _PRISTINE[id(owner)] = (owner, [(name, t, t.detach().clone()) for name, t in tensors])
 
 
-def changed_weights(before: dict, after: dict) -> list[str]:
-    names = [f"{role}: {name}" for key in before.keys() | after.keys()
-             for role, name in [key] if before.get(key) != after.get(key)]
-    return sorted(names)
+def changed_weights(models) -> list[str]:
+    """The weights of `models` that differ from their pristine copies (role: name)."""
+    changed = []
+    for role, model in models:
+        owner, _ = _owner_and_tensors(model)
+        for name, live, copy in _PRISTINE.get(id(owner), (None, ()))[1]:
+            if live.shape != copy.shape or not torch.equal(live.detach(), copy):
+                changed.append(f"{role}: {name}")
+    return changed
+
+
+def forget_weights() -> None:
+    _PRISTINE.clear()
 
 
 # --------------------------------------------------------------------------- tracebacks

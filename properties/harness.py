@@ -116,7 +116,7 @@ def invoke(impl: Impl, function: str, *args, models=(), inputs=(), **kwargs):
     calls_made += 1
     fn = impl.functions[function] if function in impl.functions else getattr(impl, function)
     snapshots = [(name, copy.deepcopy(value)) for name, value in inputs]
-    before = guards.fingerprint(models)
+    guards.remember(models)
     reseeds: list = []
     seconds = guards.TIMEOUT
     try:
@@ -136,7 +136,7 @@ def invoke(impl: Impl, function: str, *args, models=(), inputs=(), **kwargs):
     except Exception as exc:
         raise EngineFault(guards.describe_exception(function, exc)) from exc
     finally:
-        changed = guards.changed_weights(before, guards.fingerprint(models))
+        changed = guards.changed_weights(models)
         if changed:
             reset_models()
     if changed:
@@ -173,6 +173,7 @@ def _short(value) -> str:
 def reset_models() -> None:
     """Forget every cached kit model and oracle result (after an engine edited weights)."""
     from properties import models as kit_models, oracle
+    guards.forget_weights()
     for cached in (kit_models.qwen3_module, kit_models.qwen3_draft_module, kit_models.table_lm,
                    kit_models.table_draft_lm):
         cached.cache_clear()
