@@ -171,6 +171,9 @@ def pytest_runtest_setup(item):
     if kind is not None and kind not in impl.model_kinds:
         pytest.skip(f"not applicable: --impl={impl.spec} runs only {sorted(impl.model_kinds)} "
                     f"kit models (KIT_MODEL_KINDS), this property uses {kind!r} models")
+    if needs and needs.kwargs.get("greedy") and "greedy" in impl.not_applicable:
+        pytest.skip(f"not applicable: --impl={impl.spec} does not decode greedily "
+                    f"({impl.not_applicable['greedy']}; KIT_NOT_APPLICABLE)")
     for keyword in (needs.kwargs.get("keywords", ()) if needs else ()):
         function = next((sig.function for sig in LEVELS.get(level, ())
                          if impl.accepts(sig.function, keyword)), None)

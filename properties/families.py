@@ -9,7 +9,8 @@ The conftest reads that marker: the family's level decides applicability (an imp
 without the level's functions skips the module's tests as not applicable, without drawing
 examples), and the family's entry here gives the summary its description and stated power.
 A test that needs more than its family's level (a model kind, a keyword such as top_p) says so
-with ``@pytest.mark.needs(kind=..., keywords=(...))``; a parametrized ``kind`` is read from the
+with ``@pytest.mark.needs(kind=..., keywords=(...), greedy=True)`` (greedy: skipped for an
+implementation that declares greedy decoding not applicable); a parametrized ``kind`` is read from the
 test's parameters. The check functions themselves live in ``properties/checks/<family>.py``,
 importable by ``tests/`` and by the replay tool without importing a test module.
 """

@@ -23,14 +23,14 @@ from properties.strategies import batch_cases
 pytestmark = pytest.mark.family("batched")
 
 
-@pytest.mark.needs(kind="qwen3")
+@pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.6)
 @given(case=batch_cases())
 def test_ragged_greedy_rows(impl, case):
     check_batched_greedy(impl, case)
 
 
-@pytest.mark.needs(kind="qwen3")
+@pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.3)
 @given(data=st.data())
 def test_stop_inside_block_per_row(impl, data):
@@ -68,7 +68,7 @@ def test_sampled_rows_exact(impl, case):
 
 
 @pytest.mark.gpu
-@pytest.mark.needs(kind="qwen3", keywords=("cuda_graphs",))
+@pytest.mark.needs(kind="qwen3", greedy=True, keywords=("cuda_graphs",))
 def test_graph_replay_equals_eager(impl):
     """With CUDA graphs the batched engine replays captured steps: same tokens as eager."""
     if not torch.cuda.is_available():

@@ -51,14 +51,14 @@ C_SAMPLED = TreeCase(Qwen3Spec(6, seed=4), DraftSpec("random", 2), (1, 2), 10, t
                      temperature=1.0, seed=14)
 
 
-@pytest.mark.needs(kind="qwen3")
+@pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.6)
 @given(case=tree_cases(vocab=(4, 24)))
 def test_tree_equals_chain_equals_greedy(impl, case):
     check_tree_greedy(impl, case)
 
 
-@pytest.mark.needs(kind="qwen3")
+@pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.3)
 @given(data=st.data())
 def test_tree_stops_inside_a_path(impl, data):
@@ -80,7 +80,7 @@ def test_tree_sampled_stops_and_budgets(impl, case):
     check_tree_bounds(impl, case.replace(max_new_tokens=case.max_new_tokens + 4), runs=8)
 
 
-@pytest.mark.needs(kind="qwen3")
+@pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.2)
 @given(case=tree_cases(vocab=(4, 24), max_new=(6, 16)))
 @example(case=C_GREEDY)
