@@ -130,12 +130,18 @@ def sampling_cases(draw, kind: str = "table", vocab=(3, 5), length=(2, 2), k=(1,
     case = EngineCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
                       max_new_tokens=L, k=draw(st.integers(*k)),
                       temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
+    return _sampling_options(draw, case, top_k, top_p, stops)
+
+
+def _sampling_options(draw, case, top_k: bool, top_p: bool, stops: bool):
+    """The case with a top-k, a top-p nucleus and a stop id drawn, as asked."""
+    vocab = case.target.vocab
     if top_k:
-        case = case.replace(top_k=draw(st.integers(2, max(2, target.vocab - 1))))
+        case = case.replace(top_k=draw(st.integers(2, max(2, vocab - 1))))
     if top_p:
         case = case.replace(top_p=draw(st.sampled_from((0.6, 0.8, 0.9, 0.4))))
     if stops:
-        case = case.replace(stop_ids=(draw(st.integers(0, target.vocab - 1)),))
+        case = case.replace(stop_ids=(draw(st.integers(0, vocab - 1)),))
     return case
 
 
@@ -185,10 +191,4 @@ def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), 
     case = TreeCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
                     max_new_tokens=L, tree=draw(st.sampled_from(shapes)),
                     temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
-    if top_k:
-        case = case.replace(top_k=draw(st.integers(2, max(2, target.vocab - 1))))
-    if top_p:
-        case = case.replace(top_p=draw(st.sampled_from((0.6, 0.8, 0.9, 0.4))))
-    if stops:
-        case = case.replace(stop_ids=(draw(st.integers(0, target.vocab - 1)),))
-    return case
+    return _sampling_options(draw, case, top_k, top_p, stops)
