@@ -319,6 +319,14 @@ def stats_value(stats, name: str):
     return value if math.isfinite(value) else None
 
 
+def law_mismatch(what: str, result, the_plan, outcomes: int, **settings) -> str:
+    """The message of a failed chi-square check of sampled outputs against the exact law."""
+    shown = ", ".join(f"{name}={value}" for name, value in settings.items())
+    return (f"{what} are not distributed as the target's sampling ({shown}):\n"
+            f"{result.summary()}\n(sample plan: {the_plan.describe()}; {outcomes} possible "
+            f"outputs)")
+
+
 def first_difference(a, b) -> int:
     """The first index where sequences a and b differ (the shorter length if one is a prefix)."""
     for i, (x, y) in enumerate(zip(a, b)):

@@ -18,7 +18,7 @@ from collections import Counter
 
 from properties import oracle
 from properties.cases import EngineCase
-from properties.harness import engine_kwargs, fail, run_engine, seed_everything
+from properties.harness import engine_kwargs, fail, law_mismatch, run_engine, seed_everything
 from properties.statistics import DELTA_SEQUENCE, DELTA_SEQUENCE_QWEN3, chi_square_gof, plan
 
 CHECK = "properties.checks.sequence:check_sequence"
@@ -44,8 +44,6 @@ def check_sequence(impl, case: EngineCase, delta: float | None = None):
         observed[tuple(run.tokens)] += 1
     result = chi_square_gof(observed, law)
     if not result.passed:
-        fail(impl, prop, CHECK, case,
-             f"the outputs are not distributed as the target's sampling (temperature="
-             f"{case.temperature}, top_k={kw.get('top_k', 0)}, top_p={kw.get('top_p', 1.0)}, "
-             f"L={case.max_new_tokens}):\n{result.summary()}\n(sample plan: {the_plan.describe()}; "
-             f"{len(outcomes)} possible outputs)")
+        fail(impl, prop, CHECK, case, law_mismatch(
+            "the outputs", result, the_plan, len(outcomes), temperature=case.temperature,
+            top_k=kw.get("top_k", 0), top_p=kw.get("top_p", 1.0), L=case.max_new_tokens))

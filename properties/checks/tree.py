@@ -30,8 +30,8 @@ import torch
 from properties import oracle
 from properties.cases import TreeCase
 from properties.guards import EngineFault
-from properties.harness import (fail, first_difference, invoke, seed_everything, stats_value,
-                                tokens_and_stats)
+from properties.harness import (fail, first_difference, invoke, law_mismatch, seed_everything,
+                                stats_value, tokens_and_stats)
 from properties.models import (Qwen3KitModel, Trace, TracedKVCache, build_pair,
                                qwen3_draft_module, qwen3_module)
 from properties.statistics import DELTA_TREE, chi_square_gof, plan
@@ -129,11 +129,9 @@ def check_tree_sampling(impl, case: TreeCase, delta: float = DELTA_TREE):
         observed[tuple(tokens)] += 1
     result = chi_square_gof(observed, law)
     if not result.passed:
-        fail(impl, prop, CHECK_SAMPLING, case,
-             f"the outputs of tree_generate(tree={case.tree}) are not distributed as the "
-             f"target's sampling (temperature={case.temperature}, top_k={case.top_k}, "
-             f"top_p={case.top_p}, L={L}):\n{result.summary()}\n(sample plan: "
-             f"{the_plan.describe()}; {len(law)} possible outputs)")
+        fail(impl, prop, CHECK_SAMPLING, case, law_mismatch(
+            f"the outputs of tree_generate(tree={case.tree})", result, the_plan, len(law),
+            temperature=case.temperature, top_k=case.top_k, top_p=case.top_p, L=L))
 
 
 # --------------------------------------------------------------------------- cache

@@ -19,7 +19,7 @@ import math
 from collections import Counter
 
 from properties import statistics
-from properties.harness import fail
+from properties.harness import fail, law_mismatch
 from properties.serve import oracle
 from properties.serve.cases import ServedCase
 from properties.serve.client import Completion, Request, ServedError
@@ -211,11 +211,9 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
                  f"is no statement about the law of speculative sampling; fix the seeding first.")
     result = statistics.chi_square_gof(observed, law)
     if not result.passed:
-        fail(impl, prop, CHECK_SEQUENCE, case,
-             f"the outputs are not distributed as the target's sampling (temperature="
-             f"{case.temperature}, top_k={case.top_k}, top_p={case.top_p}, L={case.max_tokens}):"
-             f"\n{result.summary()}\n(sample plan: {the_plan.describe()}; {len(law)} possible "
-             f"outputs)")
+        fail(impl, prop, CHECK_SEQUENCE, case, law_mismatch(
+            "the outputs", result, the_plan, len(law), temperature=case.temperature,
+            top_k=case.top_k, top_p=case.top_p, L=case.max_tokens))
     return result
 
 
