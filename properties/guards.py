@@ -82,48 +82,50 @@ _SEEDERS = ((torch, "manual_seed"), (torch, "seed"), (torch.random, "manual_seed
             (torch.cuda, "manual_seed"), (torch.cuda, "manual_seed_all"))
 
 
-def _global_states():
-    return (torch.get_rng_state(), random.getstate(), np.random.get_state(legacy=False))
-
-
-def _same_states(a, b) -> bool:
-    (ta, ra, na), (tb, rb, nb) = a, b
-    return (torch.equal(ta, tb) and ra == rb and na["bit_generator"] == nb["bit_generator"]
-            and all(np.array_equal(na["state"][k], nb["state"][k]) if isinstance(na["state"][k], np.ndarray)
-                    else na["state"][k] == nb["state"][k] for k in na["state"]))
-
-
 @contextlib.contextmanager
 def watch_reseeding(calls: list):
-    """Record (into `calls`) every global-RNG seeding function the block calls, unless the
-    block leaves the global RNG states exactly as it found them (a seed inside
-    `torch.random.fork_rng`, restored afterwards, changes nothing for the caller). The seeding
-    functions still work: the point is to report the reseed, not to hide it."""
+    """Record (into `calls`) every global-RNG seeding function the block calls, except torch
+    seeds inside `torch.random.fork_rng` (restored when it exits: nothing changes for the
+    caller). The seeding functions still work: the point is to report the reseed."""
     originals = []
-    seen: list = []
+    forked = [0]     # depth of torch.random.fork_rng blocks entered by the engine
     for owner, name in _SEEDERS:
         fn = getattr(owner, name, None)
         if fn is None:
             continue
         label = f"{'torch.cuda' if owner is torch.cuda else owner.__name__}.{name}"
+        contained = owner in (torch, torch.random, torch.cuda)
 
-        def recorder(*args, _fn=fn, _label=label, **kwargs):
-            shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-            seen.append(f"{_label}({shown})")
+        def recorder(*args, _fn=fn, _label=label, _contained=contained, **kwargs):
+            if not (_contained and forked[0]):
+                shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+                calls.append(f"{_label}({shown})")
             return _fn(*args, **kwargs)
 
         originals.append((owner, name, fn))
         setattr(owner, name, recorder)
-    before_seed, before = torch.initial_seed(), _global_states()
+    fork_rng = torch.random.fork_rng
+
+    @contextlib.contextmanager
+    def counted_fork_rng(*args, **kwargs):
+        with fork_rng(*args, **kwargs):
+            forked[0] += 1
+            try:
+                yield
+            finally:
+                forked[0] -= 1
+
+    originals.append((torch.random, "fork_rng", fork_rng))
+    torch.random.fork_rng = counted_fork_rng
+    before_seed = torch.initial_seed()
     try:
         yield
     finally:
         for owner, name, fn in originals:
             setattr(owner, name, fn)
-        if seen or torch.initial_seed() != before_seed:
-            if not _same_states(before, _global_states()):
-                calls.extend(seen or [f"torch's global seed changed from {before_seed} to "
-                                      f"{torch.initial_seed()}"])
+        if not calls and torch.initial_seed() != before_seed:
+            calls.append(f"torch's global seed changed from {before_seed} to "
+                         f"{torch.initial_seed()}")
 
 
 # --------------------------------------------------------------------------- weights
