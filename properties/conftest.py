@@ -449,10 +449,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     data = summary(config, exitstatus)
     tr = terminalreporter
     tr.section(f"conformance summary: --impl={data['impl']}")
-    tr.write_line(f"{'family':<14}{'passed':>8}{'failed':>8}{'n/a':>6}{'known':>7}   notes")
+    width = max(len(f) for f in data["families"]) + 2
+    tr.write_line(f"{'family':<{width}}{'passed':>8}{'failed':>8}{'n/a':>6}{'known':>7}   notes")
+    unexposed = []
     for family, entry in data["families"].items():
         total = sum(entry[o] for o in OUTCOMES)
         if total == 0 and not entry["planned"]:
+            continue
+        level = families.get(family).level
+        if not impl_has(config, level) and not entry["failed"] and not entry["passed"]:
+            unexposed.append(family)
             continue
         notes = ""
         if entry["failed"]:
@@ -464,8 +470,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         elif entry["xpassed"]:
             notes = f"{entry['xpassed']} listed as known failures now pass"
         known = entry["xfailed"] + entry["xpassed"]
-        tr.write_line(f"{family:<14}{entry['passed']:>8}{entry['failed']:>8}"
+        tr.write_line(f"{family:<{width}}{entry['passed']:>8}{entry['failed']:>8}"
                       f"{entry['not_applicable']:>6}{known:>7}   {notes}", red=bool(entry["failed"]))
+    if unexposed:
+        tr.write_line(f"not applicable (their level is not exposed): {', '.join(unexposed)}")
     for shared in data["shared_causes"]:
         tr.write_line(f"one cause, {len(shared['families'])} families "
                       f"({', '.join(shared['families'])}): {shared['cause']}", red=True)
@@ -487,6 +495,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     scope = f"families {', '.join(chosen)}" if chosen else "the properties run"
     tr.write_line(f"verdict for --impl={data['impl']}: {verdict} (on {scope})",
                   green=data["conformant"], red=not data["conformant"], bold=True)
+
+
+def impl_has(config, level: str) -> bool:
+    return config._kit_impl.has(level)
 
 
 def _write_json(config, exitstatus) -> None:
