@@ -10,6 +10,8 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
+WORKERS ?= 2
 
 .PHONY: conformance conformance-others test bench clean
 
@@ -32,7 +34,7 @@ conformance-others: $(STAMP)
 
 # The whole suite (tests/, fast/ and the kit on the reference), then the kit on the other engines.
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory conformance-others
 
 bench: $(STAMP)
