@@ -28,9 +28,9 @@ conformance: $(STAMP)
 	$(MAKE) --no-print-directory conformance-others
 
 conformance-others: $(STAMP)
-	$(PY) -m pytest properties/ --impl=fast $(PYTEST_ARGS)
-	$(PY) -m pytest properties/ --impl=transformers --xfails-file=properties/known/transformers.txt $(PYTEST_ARGS)
-	$(PY) -m pytest properties/ --impl=transformers-lookup $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=fast -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=transformers --xfails-file=properties/known/transformers.txt -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=transformers-lookup -n $(WORKERS) $(PYTEST_ARGS)
 
 # The whole suite (tests/, fast/ and the kit on the reference), then the kit on the other engines.
 test: $(STAMP)

@@ -21,6 +21,7 @@ early, or a test that never reported).
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 import warnings
@@ -220,7 +221,22 @@ def pytest_xdist_node_collection_finished(node, ids):
     are the ids the workers collected (their families arrive with the reports)."""
     config = node.config
     if hasattr(config, "_kit_impl") and not config._kit_planned:
-        config._kit_planned = {i: None for i in ids if i.startswith("properties/test_")}
+        config._kit_planned = {i: _module_family(i) for i in ids
+                               if i.startswith("properties/test_")}
+
+
+def _module_family(nodeid: str) -> str | None:
+    """The family a kit test module declares (its pytestmark), read on the xdist controller."""
+    path = nodeid.split("::", 1)[0]
+    try:
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    except ImportError:
+        return None
+    marks = getattr(module, "pytestmark", [])
+    for mark in marks if isinstance(marks, list) else [marks]:
+        if getattr(mark, "name", None) == "family":
+            return mark.args[0]
+    return None
 
 
 def _mark_xfails(config, items):

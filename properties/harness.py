@@ -43,13 +43,14 @@ class PropertyHang(BaseException):
 
 # Calls into the implementation in this process (the summary adds them up across workers).
 calls_made = 0
-_hang_pending = False
+# The description of the last call that hung: a failure whose message carries it is a hang.
+_hang_text = ""
 
 
 def begin_test(nodeid: str) -> None:
     """A new kit test starts (called by the conftest)."""
-    global _hang_pending
-    _hang_pending = False
+    global _hang_text
+    _hang_text = ""
 
 
 def _current_test() -> str:
@@ -77,10 +78,10 @@ def reproduction(impl: Impl, check: str, case) -> str:
 
 def fail(impl: Impl, prop: str, check: str, case, message: str):
     """Raise a PropertyFailure for property `prop` (e.g. "greedy: equivalence")."""
-    global _hang_pending
+    global _hang_text
     __tracebackhide__ = True
-    kind = PropertyHang if _hang_pending else PropertyFailure
-    _hang_pending = False
+    kind = PropertyHang if _hang_text and _hang_text in message else PropertyFailure
+    _hang_text = ""
     error = kind(f"{prop}: violated by --impl={impl.spec}\n{message.rstrip()}\n\ninputs: "
                  f"{case!r}\n{reproduction(impl, check, case)}")
     error.cause = message.strip().splitlines()[0] if message.strip() else prop
@@ -112,7 +113,7 @@ def invoke(impl: Impl, function: str, *args, models=(), inputs=(), **kwargs):
     limit, the weights of `models` ((role, model) pairs) and the `inputs` ((name, value)
     pairs: lists, tensors) unchanged, no global reseeding. Any misbehaviour raises EngineFault.
     KeyboardInterrupt passes through: an interrupted run is INCOMPLETE, not a failure."""
-    global calls_made, _hang_pending
+    global calls_made, _hang_text
     calls_made += 1
     fn = impl.functions[function] if function in impl.functions else getattr(impl, function)
     snapshots = [(name, copy.deepcopy(value)) for name, value in inputs]
@@ -123,9 +124,9 @@ def invoke(impl: Impl, function: str, *args, models=(), inputs=(), **kwargs):
         with guards.watch_reseeding(reseeds), guards.time_limit(seconds, function):
             value = fn(*args, **kwargs)
     except guards.KitTimeout:
-        _hang_pending = True
-        raise EngineFault(f"{function} did not return within the per-call time limit of "
-                          f"{seconds:g} s (--kit-timeout={seconds:g}; raise it for a slow engine)")
+        _hang_text = (f"{function} did not return within the per-call time limit of "
+                      f"{seconds:g} s (--kit-timeout={seconds:g}; raise it for a slow engine)")
+        raise EngineFault(_hang_text)
     except SystemExit as exc:
         raise EngineFault(f"the engine called sys.exit({exc.code!r}) inside {function}: a "
                           f"library must not end the process\n{guards.engine_traceback(exc)}")
