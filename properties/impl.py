@@ -236,7 +236,9 @@ def _check_signature(spec: str, fn, sig: Signature) -> frozenset:
 def _name_hints(source, missing) -> dict[str, str]:
     """For each missing function, a public callable of the source with a similar name (a
     misnamed engine is the likeliest reason a level is missing)."""
-    names = [n for n in dir(source) if not n.startswith("_") and callable(getattr(source, n, None))]
+    kit_names = {sig.function for sigs in LEVELS.values() for sig in sigs}
+    names = [n for n in dir(source) if not n.startswith("_") and n not in kit_names
+             and callable(getattr(source, n, None))]
     hints = {}
     for functions in missing.values():
         for want in functions:
