@@ -234,18 +234,31 @@ def _check_signature(spec: str, fn, sig: Signature) -> frozenset:
 
 
 def _name_hints(source, missing) -> dict[str, str]:
-    """For each missing function, a public callable of the source with a similar name (a
-    misnamed engine is the likeliest reason a level is missing)."""
-    kit_names = {sig.function for sigs in LEVELS.values() for sig in sigs}
-    names = [n for n in dir(source) if not n.startswith("_") and n not in kit_names
-             and callable(getattr(source, n, None))]
+    """For each missing function, a public callable of the source that takes the same leading
+    parameters under another name (a misnamed engine is the likeliest reason a level is
+    missing); the closest name wins."""
+    signatures = {sig.function: sig for sigs in LEVELS.values() for sig in sigs}
     hints = {}
     for functions in missing.values():
         for want in functions:
-            close = difflib.get_close_matches(want, names, n=1, cutoff=0.6)
+            lead = signatures[want].required[:2]
+            candidates = [n for n in dir(source) if not n.startswith("_") and n not in signatures
+                          and _leading_parameters(getattr(source, n, None), len(lead)) == lead]
+            close = difflib.get_close_matches(want, candidates, n=1, cutoff=0.5)
             if close:
                 hints[want] = close[0]
     return hints
+
+
+def _leading_parameters(fn, count: int) -> tuple:
+    if not callable(fn) or inspect.isclass(fn):
+        return ()
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params[:count]
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
 def _not_applicable(spec: str, declared) -> dict[str, str]:
