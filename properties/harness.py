@@ -320,6 +320,44 @@ def stats_value(stats, name: str):
     return value if math.isfinite(value) else None
 
 
+# --------------------------------------------------------------------------- reported statistics
+
+# An engine may accumulate its stats in float32 (a tensor on the GPU, say): each of the
+# quantities involved (counts, their ratio, a running mean) is then rounded to float32, whose
+# unit roundoff is 2^-24 ~ 6e-8. A ratio of two exactly counted integers below 2^24 carries one
+# rounding, a running mean over n rounds at most n of them; 2^-20 ~ 9.5e-7 (16 float32 units of
+# roundoff) admits a mean over 16 rounds and is still a million times finer than any count the
+# kit could be off by (1 / (tokens or proposals) >= 1e-3 for the kit's runs).
+STATS_RTOL = 2.0 ** -20
+
+
+class StatsRounding(UserWarning):
+    """A reported statistic outside its exact range by float32 rounding only: accepted, and
+    reported (pytest counts these warnings) so that it never passes silently."""
+
+
+def stat_in_range(name: str, value: float, low: float, high: float,
+                  exact: str = "") -> str | None:
+    """None when `value` lies in [low, high] up to float32 rounding (STATS_RTOL relative to the
+    range's magnitude); else the problem, saying by how much and that it is more than rounding.
+    A value outside by rounding only passes with a StatsRounding warning."""
+    if low <= value <= high:
+        return None
+    scale = max(abs(low), abs(high), abs(value))
+    excess = low - value if value < low else value - high
+    allowed = STATS_RTOL * scale
+    bounds = f"{low!r}" if low == high else f"[{low!r}, {high!r}]"
+    what = f"{name} = {value!r} is outside {bounds}{exact} by {excess:.3g}"
+    if excess <= allowed:
+        import warnings
+        warnings.warn(StatsRounding(
+            f"{what} (relative {excess / scale:.2g}): float32 rounding only (tolerance "
+            f"{STATS_RTOL:.2g} relative), accepted"), stacklevel=2)
+        return None
+    return (f"{what} (relative {excess / scale:.2g}), more than float32 rounding of the "
+            f"quantities involved (tolerance {STATS_RTOL:.2g} relative)")
+
+
 def law_mismatch(what: str, result, the_plan, outcomes: int, **settings) -> str:
     """The message of a failed chi-square check of sampled outputs against the exact law."""
     shown = ", ".join(f"{name}={value}" for name, value in settings.items())

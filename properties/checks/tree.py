@@ -31,7 +31,7 @@ from properties import oracle
 from properties.cases import TreeCase
 from properties.guards import EngineFault
 from properties.harness import (fail, first_difference, invoke, law_mismatch, seed_everything,
-                                stats_value, tokens_and_stats)
+                                stat_in_range, stats_value, tokens_and_stats)
 from properties.models import (Qwen3KitModel, Trace, TracedKVCache, build_pair,
                                qwen3_draft_module, qwen3_module)
 from properties.statistics import DELTA_TREE, chi_square_gof, plan
@@ -270,9 +270,6 @@ def _stats_problem(stats, n_tokens: int, depth: int) -> str | None:
     if not n_tokens / (depth + 1) <= rounds <= n_tokens:
         return (f"stats say {rounds:g} rounds for {n_tokens} tokens with a tree of depth {depth} "
                 f"(each round commits 1 to {depth + 1})")
-    if abs(per_call - n_tokens / rounds) > 1e-9:
-        return (f"tokens_per_target_call = {per_call!r}, but {n_tokens} tokens in {rounds:g} "
-                f"rounds is {n_tokens / rounds!r}")
-    if not 0 <= rate <= 1:
-        return f"acceptance_rate = {rate!r}, outside [0, 1]"
-    return None
+    return (stat_in_range("tokens_per_target_call", per_call, n_tokens / rounds,
+                          n_tokens / rounds, f" = {n_tokens} tokens / {rounds:g} rounds")
+            or stat_in_range("acceptance_rate", rate, 0.0, 1.0))

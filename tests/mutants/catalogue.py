@@ -505,6 +505,37 @@ class PrefillCountedAsRound(Speculator):
         return stats
 
 
+class StopOrderDependent(Speculator):
+    """The block is cut at the first stop id *in the order stop_ids lists them* that occurs in
+    it, not at the earliest position holding any stop id.
+
+    `for s in stop_ids: if s in block: block = block[:block.index(s) + 1]; break`: with two
+    stop ids in one accepted block, listed in the other order than they occur, the output goes
+    on past the first one. Correct for a single stop id, and for some orders of several.
+    """
+
+    caught_by = "bounds"
+    detected_when = "two stop ids in one accepted block, listed in the other order"
+
+    def speculative_generate(self, target, draft, prompt_ids, max_new_tokens, k=4,
+                             temperature=0.0, stop_ids=(), generator=None, **kw):
+        self._order = tuple(int(s) for s in stop_ids)   # the commit hook gets a set
+        return super().speculative_generate(target, draft, prompt_ids, max_new_tokens, k,
+                                            temperature, stop_ids, generator, **kw)
+
+    def commit(self, output, new_tokens, max_new_tokens, stops):
+        block = list(new_tokens)
+        for s in self._order:
+            if s in block:
+                block = block[:block.index(s) + 1]
+                break
+        for token in block:
+            output.append(token)
+            if len(output) == max_new_tokens:
+                return True
+        return len(block) < len(new_tokens) or block[-1] in stops
+
+
 MUTANTS = [
     # rule
     InvertedRatio, FlippedComparison, ResampleFromTarget, ResidualReversed,
@@ -520,7 +551,7 @@ MUTANTS = [
     TargetCacheOneShort, TargetCacheOneLong, TargetCacheNotTruncated,
     DraftCacheNotRolledBack, DraftNotFedLastProposal, DraftCacheOneShort,
     # bounds
-    StopOnlyAtBlockEnd, WholeBlockOvershoot, PrefillCountedAsRound,
+    StopOnlyAtBlockEnd, WholeBlockOvershoot, PrefillCountedAsRound, StopOrderDependent,
 ]
 
 CORRECT = [Speculator]
