@@ -49,7 +49,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "max_new_tokens, stop ids and the stats"),
     Family("batched", "batched",
            "every row of a ragged batch is exact, greedy and sampled",
-           f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows"),
+           f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows, "
+           f"{statistics.DELTA_BATCHED_JOINT} in the law of a pair of rows (independence)"),
     Family("tree", "tree",
            "tree verification: greedy == target greedy, sampled law exact, caches, bounds",
            f"TV >= {statistics.DELTA_TREE} in the joint law of the sampled outputs"),

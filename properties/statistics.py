@@ -42,7 +42,8 @@ DELTA_RULE = 0.05        # committed token ~ p, per (p, q) example
 DELTA_RULE_THOROUGH = 0.01  # the same in the thorough profile (25x the samples: the rule is cheap)
 DELTA_SEQUENCE = 0.12    # joint law of the first L tokens, per engine example (table models)
 DELTA_SEQUENCE_QWEN3 = 0.15  # the same on qwen3 models, whose forwards cost more
-DELTA_BATCHED = 0.15     # joint law of the first L tokens of each batched prompt
+DELTA_BATCHED = 0.1      # law of the first L tokens of each batched prompt's rows
+DELTA_BATCHED_JOINT = 0.1  # law of a pair of rows (of one prompt, or of two) vs the product
 DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
 
 # Checks performed in this process (the conformance summary adds them up across workers).

@@ -53,7 +53,7 @@ B_SAMPLED = BatchCase(Qwen3Spec(4, seed=3), DraftSpec("noisy", 1), ((1,), (2, 0,
 
 
 @pytest.mark.needs(kind="qwen3")
-@profiles.statistical(checks=2)
+@profiles.statistical(checks=5)
 @given(case=st.builds(BatchCase, target=st.builds(Qwen3Spec, vocab=st.integers(3, 4),
                                                   seed=st.integers(0, 2**16)),
                       draft=st.builds(DraftSpec, variant=st.sampled_from(("random", "noisy", "negated")),

@@ -55,3 +55,22 @@ def test_stats_off_by_more_than_rounding_are_rejected(tmp_path):
                          ["properties/test_bounds.py"], tmp_path, "-x")
     assert data["families"]["bounds"]["failed"] > 0, proc.stdout[-3000:]
     assert "more than float32 rounding" in proc.stdout
+
+
+# ----------------------------------------------------------------- class 1: rows that share randomness
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SharedAcceptanceUniforms", "SharedDraws"])
+def test_rows_sharing_randomness_are_rejected(name, tmp_path):
+    """Each row's own law is exact; the pairs of rows are not independent."""
+    proc, data = run_kit(f"tests/mutants/batched.py:{name}", ["properties/test_batched.py"],
+                         tmp_path, "-x", "-k", "sampled")
+    assert data["families"]["batched"]["failed"] > 0, proc.stdout[-3000:]
+    assert "not distributed as independent samples" in proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_independent_rows_pass(tmp_path):
+    proc, data = run_kit("fast", ["properties/test_batched.py"], tmp_path)
+    assert data["families"]["batched"]["failed"] == 0, proc.stdout[-3000:]
+    assert data["families"]["batched"]["passed"] > 0

@@ -177,6 +177,7 @@ def test_exact_sampler_passes_at_the_design_alpha():
 DESIGNS = [("rule", statistics.DELTA_RULE), ("rule-thorough", statistics.DELTA_RULE_THOROUGH),
            ("sequence", statistics.DELTA_SEQUENCE),
            ("sequence-qwen3", statistics.DELTA_SEQUENCE_QWEN3), ("batched", statistics.DELTA_BATCHED),
+           ("batched-joint", statistics.DELTA_BATCHED_JOINT),
            ("tree", statistics.DELTA_TREE)]
 
 

@@ -5,8 +5,10 @@
 
 * greedy: every row of a ragged batch (different prompt lengths, different max_new_tokens,
   stop ids that land inside accepted blocks) equals the target's solo greedy continuation;
-* sampling: the rows of a batch are independent samples, each distributed exactly as the
-  target's ancestral sampling (chi-square per prompt, DELTA_BATCHED, the same harness);
+* sampling: each row is distributed exactly as the target's ancestral sampling (chi-square
+  per prompt, DELTA_BATCHED), and the rows are independent: pairs of rows of one prompt, and
+  of two prompts, against the product of the exact laws (DELTA_BATCHED_JOINT), so that rows
+  reusing the same uniforms (right law per row, far too often equal) are caught;
 * graphs: with CUDA graphs, replay == eager (needs a CUDA device; skipped on a CPU).
 
 These run on qwen3 kit models only (the batched engine runs Qwen3-family weights).
@@ -22,7 +24,7 @@ from properties.guards import EngineFault
 from properties.harness import (fail, first_difference, invoke, normalize_tokens,
                                 seed_everything)
 from properties.models import build_pair
-from properties.statistics import DELTA_BATCHED, chi_square_gof, plan
+from properties.statistics import DELTA_BATCHED, DELTA_BATCHED_JOINT, chi_square_gof, plan
 
 CHECK_GREEDY = "properties.checks.batched:check_batched_greedy"
 CHECK_SAMPLED = "properties.checks.batched:check_batched_sampling"
@@ -79,9 +81,27 @@ def check_batched_greedy(impl, case: BatchCase):
         _compare(impl, prop, CHECK_GREEDY, case, got, prompt, limit, case.stop_ids, f"row {row}")
 
 
-def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED):
-    """case.prompts: the distinct prompts; each is repeated in every batch. L = max_new_tokens."""
-    prop = "batched: sampled rows distributed as the target's sampling"
+COPIES = 32   # rows per distinct prompt in every sampled batch: rows cost little in a batch
+
+
+def _product(law_a, law_b) -> dict:
+    """The law of a pair (a, b) of independent outputs: P(a) P(b)."""
+    return {(a, b): pa * pb for a, pa in law_a.items() for b, pb in law_b.items()}
+
+
+def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED,
+                           joint_delta: float = DELTA_BATCHED_JOINT):
+    """case.prompts: the distinct prompts; each is repeated COPIES times in every batch.
+    L = max_new_tokens. Five chi-square checks per example, each at ALPHA:
+
+    * per prompt, its rows against the target's exact law (TV >= delta, power POWER);
+    * per prompt, pairs of its rows (copies 2j and 2j + 1 of one call) against the product of
+      the exact laws: rows of one prompt must be independent samples, not rows that reuse
+      the same acceptance uniforms or draws (TV >= joint_delta in the law of the pair);
+    * pairs (copy j of the first prompt, copy j of the second) against the product of their
+      two laws: rows of different prompts must not share randomness either.
+    """
+    prop = "batched: sampled rows distributed as the target's sampling, and independent"
     L = case.max_new_tokens
     kw = {}
     if case.top_k and impl.accepts("batched_generate", "top_k"):
@@ -90,25 +110,60 @@ def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED):
         kw["top_p"] = case.top_p
     laws = [oracle.sequence_law(case.target, p, L, case.temperature, kw.get("top_k", 0),
                                 kw.get("top_p", 1.0), case.stop_ids) for p in case.prompts]
-    plans = [plan(list(law.values()), delta) for law in laws]
-    copies = 8
-    batch = [list(p) for p in case.prompts for _ in range(copies)]
-    calls = -(-max(pl.n for pl in plans) // copies)
+    checks = [(f"rows for prompt {list(p)}", law, plan(list(law.values()), delta), COPIES)
+              for p, law in zip(case.prompts, laws)]
+    for p, law in zip(case.prompts, laws):
+        pair = _product(law, law)
+        checks.append((f"pairs of rows for prompt {list(p)} (two copies in one batch)", pair,
+                       plan(list(pair.values()), joint_delta), COPIES // 2))
+    if len(case.prompts) >= 2:
+        cross = _product(laws[0], laws[1])
+        checks.append((f"pairs (a row for prompt {list(case.prompts[0])}, a row for prompt "
+                       f"{list(case.prompts[1])}) of one batch", cross,
+                       plan(list(cross.values()), joint_delta), COPIES))
+    batch = [list(p) for p in case.prompts for _ in range(COPIES)]
+    calls = max(-(-the_plan.n // per_call) for _, _, the_plan, per_call in checks)
     generator = seed_everything(case.seed)
-    observed = [Counter() for _ in case.prompts]
+    observed = [Counter() for _ in checks]
     target, draft = build_pair(case.target, case.draft)
+    m = len(case.prompts)
     for _ in range(calls):
         outs = _batched(impl, prop, CHECK_SAMPLED, case, target, draft, batch, L, k=case.k,
                         temperature=case.temperature, stop_ids=tuple(case.stop_ids),
                         generator=generator, **kw)
         if len(outs) != len(batch):
             fail(impl, prop, CHECK_SAMPLED, case, f"{len(outs)} outputs for {len(batch)} prompts")
-        for row, out in enumerate(outs):
-            observed[row // copies][tuple(out)] += 1
-    for prompt, law, counts, the_plan in zip(case.prompts, laws, observed, plans):
+        rows = [[tuple(outs[i * COPIES + c]) for c in range(COPIES)] for i in range(m)]
+        for i in range(m):
+            observed[i].update(rows[i])
+            observed[m + i].update(zip(rows[i][0::2], rows[i][1::2]))
+        if m >= 2:
+            observed[2 * m].update(zip(rows[0], rows[1]))
+    # Independence first: rows that share randomness also inflate the spread of the per-prompt
+    # counts, and "not independent" is then the cause to report.
+    order = list(range(m, len(checks))) + list(range(m))
+    for (what, law, the_plan, _), counts in [(checks[i], observed[i]) for i in order]:
         result = chi_square_gof(counts, law)
         if not result.passed:
             fail(impl, prop, CHECK_SAMPLED, case,
-                 f"rows for prompt {list(prompt)} are not distributed as the target's sampling "
-                 f"(temperature={case.temperature}, {kw or 'no top-k/top-p'}, L={L}):\n"
-                 f"{result.summary()}\n(sample plan: {the_plan.describe()})")
+                 f"{what} are not distributed as {_expected(what)} (temperature="
+                 f"{case.temperature}, {kw or 'no top-k/top-p'}, L={L}):\n"
+                 f"{_agreement(counts, law)}{result.summary()}\n(sample plan: "
+                 f"{the_plan.describe()})")
+
+
+def _expected(what: str) -> str:
+    return ("independent samples of the target's sampling (the product of the exact laws)"
+            if what.startswith("pairs") else "the target's sampling")
+
+
+def _agreement(counts, law) -> str:
+    """For pairs: how often the two rows gave the same output, against independence."""
+    first = next(iter(law), None)
+    if not (isinstance(first, tuple) and len(first) == 2 and isinstance(first[0], tuple)):
+        return ""
+    n = sum(counts.values())
+    same = sum(c for (a, b), c in counts.items() if a == b)
+    exact = sum(p for (a, b), p in law.items() if a == b)
+    return (f"the two rows of a pair gave the same output in {same} of {n} pairs "
+            f"({same / n:.3f}); independent rows agree with probability {exact:.3f}\n")
