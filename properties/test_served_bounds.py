@@ -1,4 +1,5 @@
-"""Family "served_bounds": max_tokens and stop ids, greedy and sampled.
+"""Family "served_bounds": max_tokens and stop ids, greedy and sampled; and the engine's own
+speculation counters, request by request, against the acceptance the kit replays exactly.
 
 Greedy: the output is the target's greedy output cut after its first stop id; the stop ids are
 taken from that continuation, so they fall inside blocks a speculator proposes and the server
@@ -15,6 +16,7 @@ from properties import profiles
 from properties.serve import checks, oracle
 from properties.serve.cases import ServedCase
 from properties.serve.strategies import greedy_cases, sampling_cases
+from properties.test_served_perfect_draft import counters_missing
 
 pytestmark = pytest.mark.family("served_bounds")
 
@@ -35,3 +37,22 @@ def test_greedy_stops_and_length(served, case):
 @profiles.deterministic(scale=0.2)
 def test_sampled_stops_length_and_support(served, case):
     checks.check_bounds(served, case)
+
+
+@pytest.fixture(scope="module")
+def counting(served):
+    if served.draft not in checks.REPLAYED_DRAFTS:
+        pytest.skip(f"cannot judge: the kit replays the acceptance of draft models only (the "
+                    f"server's draft: {served.draft}; pass --served-draft=NAME)")
+    reason = counters_missing(served)
+    if reason:
+        pytest.skip(reason)
+    return served
+
+
+@given(case=greedy_cases())
+@example(case=ServedCase(_PROMPT, 16))
+@example(case=ServedCase((30, 1, 17, 8, 12), 12))
+@profiles.deterministic(scale=0.3)
+def test_counters_equal_exact_acceptance(counting, case):
+    checks.check_counters(counting, case)

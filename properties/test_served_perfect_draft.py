@@ -1,5 +1,6 @@
 """Family "served_perfect_draft": a server drafting with the target itself accepts every
-proposal, as its own acceptance counters report (vLLM's /metrics spec-decode counters).
+proposal, as its own counters report (vLLM's /metrics spec-decode counters, llama.cpp's
+per-response draft statistics), request by request.
 
 Applies when the server was started with the target as its draft (say so with
 --served-draft=perfect) and exports the counters; otherwise not applicable, with the reason.
@@ -23,10 +24,21 @@ def perfect(served):
     if served.draft != "perfect":
         pytest.skip("not applicable: the server's draft is not declared to be the target "
                     "(start it with the target as its draft and pass --served-draft=perfect)")
-    if not metrics.available(served.client):
-        pytest.skip(f"not applicable: {served.client.url} exports no speculative-decoding "
-                    f"acceptance counters at {metrics.PATH}")
+    reason = counters_missing(served)
+    if reason:
+        pytest.skip(reason)
     return served
+
+
+def counters_missing(served) -> str | None:
+    """Why the engine's own speculation counters cannot be read, or None."""
+    where = served.client.dialect.counters
+    if where == "timings":
+        return None
+    if not metrics.available(served.client):
+        return (f"cannot judge: {served.client.url} exports no speculative-decoding counters "
+                f"at {metrics.PATH} (pass --served-engine=NAME if it reports them elsewhere)")
+    return None
 
 
 @given(case=greedy_cases())

@@ -20,7 +20,28 @@ def main(argv=None) -> int:
     write.add_argument("directory", metavar="DIR")
     show = commands.add_parser("recipes", help="print the serving commands for DIR")
     show.add_argument("directory", metavar="DIR")
+    go = commands.add_parser("run", help="start ENGINE with METHOD and its baseline, judge "
+                                         "them, stop them")
+    go.add_argument("engine", help="vllm, llamacpp, transformers, fake (sglang: recipe only)")
+    go.add_argument("method", help="e.g. draft-early-exit, draft-random, perfect-draft, ngram")
+    go.add_argument("--known-failures", metavar="FILE", default=None,
+                    help="known failures (properties/known/ENGINE.txt): a run whose only "
+                         "failures are listed there exits 0 (still NOT CONFORMANT)")
+    go.add_argument("--run-dir", default=None, help="where the logs, export and results go "
+                                                   "(default runs/ENGINE-METHOD-TIME)")
+    go.add_argument("--results", default=None, metavar="FILE.json",
+                    help="add this run to a results file (and its .md table)")
+    go.add_argument("--families", default=None, help="served families to run (comma list)")
+    go.add_argument("--allow-unvalidated", action="store_true",
+                    help="run on an engine version the kit's dialects were not recorded from")
+    go.add_argument("--no-speed", action="store_true", help="skip the speed-up measurement")
+    go.add_argument("pytest_args", nargs="*", help="after --: more pytest options")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from properties.serve import run
+        if args.families is None:
+            args.families = run.SERVED_FAMILIES
+        return run.main(args)
     if args.command == "export":
         try:
             paths = export.export(args.directory)

@@ -20,9 +20,9 @@ from collections import Counter
 
 from properties import statistics
 from properties.harness import fail, law_mismatch
-from properties.serve import oracle
+from properties.serve import acceptance, oracle
 from properties.serve.cases import ServedCase
-from properties.serve.client import Completion, Request, ServedError
+from properties.serve.client import BadResponse, Completion, Request, ServedError
 from properties.serve.metrics import acceptance_counters
 
 # The design deviation of the served sampling check: total variation >= DELTA_SERVED in the
@@ -299,29 +299,73 @@ def check_bounds(impl, case: ServedCase):
                          f"(top_k={case.top_k}, top_p={case.top_p})\nserved: {list(c.tokens)}")
 
 
+# --------------------------------------------------------------------------- counters
+
+CHECK_COUNTERS = f"{_MODULE}:check_counters"
+REPLAYED_DRAFTS = ("perfect", "draft-early-exit", "draft-random")
+
+
+def engine_counts(impl, request: Request):
+    """(drafted, accepted, completion) the engine reports for one request sent alone: the
+    difference of its /metrics counters around it, or its response's draft statistics."""
+    client = impl.client
+    where = client.dialect.counters or "metrics"   # unknown engine: try the Prometheus page
+    if where == "metrics":
+        before = acceptance_counters(client)
+        (completion,), = client.complete_many([request])
+        after = acceptance_counters(client)
+        return after.drafted - before.drafted, after.accepted - before.accepted, completion
+    (completion,), = client.complete_many([request])
+    if completion.drafted is None:
+        raise BadResponse(f"{client.url}: the response carries no draft statistics")
+    return completion.drafted, completion.accepted, completion
+
+
+def check_counters(impl, case: ServedCase):
+    """Greedy requests one at a time: the engine's own counters (drafted, accepted) equal the
+    acceptance the kit replays exactly from its models for the same request."""
+    prop = "served_counters: the engine's speculation counters equal the exact acceptance"
+    case = case.replace(temperature=0.0, top_k=0, top_p=1.0, stop_ids=())
+    try:
+        drafted, accepted, completion = engine_counts(impl, _request(case))
+    except ServedError as exc:
+        fail(impl, prop, CHECK_COUNTERS, case, f"cannot read the engine's counters: {exc}")
+    schedules = (impl.schedule,) if impl.schedule else acceptance.SCHEDULES
+    expected = {s: acceptance.greedy(case.prompt, case.max_tokens, impl.draft, impl.k, s)
+                for s in schedules}
+    if accepted > drafted:
+        fail(impl, prop, CHECK_COUNTERS, case,
+             f"{accepted:g} tokens accepted of {drafted:g} drafted: more than were proposed")
+    if any((drafted, accepted) == (e.drafted, e.accepted) for e in expected.values()):
+        return
+    shown = "; ".join(f"{s} schedule: {e.drafted} drafted, {e.accepted} accepted in {e.drafts} "
+                      f"rounds" for s, e in expected.items())
+    fail(impl, prop, CHECK_COUNTERS, case,
+         f"the engine reports {drafted:g} drafted and {accepted:g} accepted tokens for this "
+         f"request; the exact replay of its draft ({impl.draft}, k={impl.k}) gives {shown}\n"
+         f"served: {list(completion.tokens)}")
+
+
 # --------------------------------------------------------------------------- perfect draft
 
 CHECK_PERFECT_DRAFT = f"{_MODULE}:check_perfect_draft"
 
 
 def check_perfect_draft(impl, case: ServedCase):
-    """With the target drafting for itself, the server's counters must show every drafted
-    token accepted over a batch of greedy requests."""
+    """With the target drafting for itself, the engine's own counters must show every drafted
+    token accepted, request by request, and as many drafted as the exact replay proposes."""
     prop = "served_perfect_draft: every proposal of a perfect draft is accepted"
+    case = case.replace(temperature=0.0, top_k=0, top_p=1.0, stop_ids=())
     try:
-        before = acceptance_counters(impl.client)
-        _send(impl, prop, CHECK_PERFECT_DRAFT, case, impl.client,
-              [_request(case.replace(temperature=0.0), seed=_seed(case.seed, i)) for i in range(8)])
-        after = acceptance_counters(impl.client)
+        drafted, accepted, _ = engine_counts(impl, _request(case))
     except ServedError as exc:
         fail(impl, prop, CHECK_PERFECT_DRAFT, case, f"cannot read the acceptance counters: {exc}")
-    drafted = after.drafted - before.drafted
-    accepted = after.accepted - before.accepted
-    if drafted <= 0:
+    if case.max_tokens > 1 and drafted <= 0:
         fail(impl, prop, CHECK_PERFECT_DRAFT, case,
-             f"the server drafted no token over 8 requests of {case.max_tokens} tokens "
-             f"(counters {before} -> {after}): is speculation on?")
+             f"the server drafted no token for a request of {case.max_tokens} tokens: is "
+             f"speculation on?")
     if accepted != drafted:
         fail(impl, prop, CHECK_PERFECT_DRAFT, case,
-             f"{accepted} of {drafted} drafted tokens accepted (rate {accepted / drafted:.4f}); "
-             f"a draft identical to the target must be accepted at rate 1")
+             f"{accepted:g} of {drafted:g} drafted tokens accepted (rate "
+             f"{accepted / max(drafted, 1):.4f}); a draft identical to the target must be "
+             f"accepted at rate 1")

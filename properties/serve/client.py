@@ -26,9 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from properties.serve import tokenizer
+from properties.serve import dialects, tokenizer
+from properties.serve.deaths import curl_line
 
-APIS = ("auto", "openai", "transformers")
+APIS = ("auto", "openai", "transformers", "llamacpp")
 
 
 class ServedError(Exception):
@@ -71,6 +72,9 @@ class Request:
 class Completion:
     tokens: tuple
     finish_reason: str | None
+    # the engine's own draft statistics for this completion, where its response carries them
+    drafted: int | None = None
+    accepted: int | None = None
 
 
 @dataclass
@@ -79,6 +83,8 @@ class Traffic:
 
     requests: int = 0           # HTTP completion requests answered
     completions: int = 0
+    drafted: int = 0            # the engine's per-response draft statistics, summed
+    accepted: int = 0
     busy_seconds: float = 0.0   # wall time during which at least one batch was in flight
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -104,7 +110,8 @@ class Client:
 
     def __init__(self, url: str, *, api: str = "auto", model: str | None = None,
                  timeout: float = 60.0, concurrency: int = 8,
-                 extra_generation_config: dict | None = None):
+                 extra_generation_config: dict | None = None,
+                 dialect: dialects.Dialect = dialects.GENERIC):
         if api not in APIS:
             raise ValueError(f"api={api!r}: choose from {APIS}")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
@@ -113,8 +120,10 @@ class Client:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         self.url = url
         self.scheme, self.host, self.port, self.base = parse_url(url)
-        self.api = api
+        self.dialect = dialect
+        self.api = dialect.api if api == "auto" and dialect.api != "auto" else api
         self.model = model
+        self.watchdog = None    # properties.serve.deaths.Watchdog: is a failure a death?
         self.timeout = float(timeout)
         self.concurrency = concurrency
         self.extra_generation_config = dict(extra_generation_config or {})
@@ -171,12 +180,26 @@ class Client:
         status, data = self._exchange(method, full, body)
         if status >= 400:
             text = data.decode("utf-8", "replace").strip()
+            replay = (f"\nreplay: {curl_line(self._root() + full, body)}"
+                      if body is not None and status >= 500 else "")
             raise HttpError(f"{method} {self.url.rstrip('/')}{path} answered HTTP {status}: "
-                            f"{text[:500]}", status)
+                            f"{text[:500]}{replay}", status)
         return data
 
-    def call_json(self, method: str, path: str, body: dict | None = None):
-        data = self.call(method, path, body)
+    def _root(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def call_json(self, method: str, path: str, body: dict | None = None, root: bool = False):
+        if root:  # a path at the server's root, not under the base path (llama.cpp /completion)
+            status, data = self._exchange(method, path, body)
+            if status >= 400:
+                text = data.decode("utf-8", "replace").strip()
+                replay = (f"\nreplay: {curl_line(self._root() + path, body)}"
+                          if body is not None and status >= 500 else "")
+                raise HttpError(f"{method} {self._root()}{path} answered HTTP {status}: "
+                                f"{text[:500]}{replay}", status)
+        else:
+            data = self.call(method, path, body)
         try:
             return json.loads(data)
         except ValueError:
@@ -239,9 +262,22 @@ class Client:
             if req.seed is not None:
                 body["seed"] = req.seed
             return body
+        if self.api == "llamacpp":
+            # llama-server's own /completion: token-id prompt, tokens back, one completion
+            # per request, stops as strings (one character per kit token)
+            body = {"prompt": list(req.prompt), "n_predict": req.max_tokens,
+                    "temperature": req.temperature, "top_k": req.top_k, "top_p": req.top_p,
+                    "stream": False}
+            body.update(self.dialect.neutral)
+            if req.stop_ids:
+                body["stop"] = [tokenizer.decode([t]) for t in req.stop_ids]
+            if req.seed is not None:
+                body["seed"] = req.seed
+            return body
         body = {"model": self.model, "prompt": list(req.prompt), "max_tokens": req.max_tokens,
                 "temperature": req.temperature, "top_p": req.top_p, "n": req.n,
                 "ignore_eos": True, "return_token_ids": True, "stream": False}
+        body.update(self.dialect.neutral)
         if req.top_k:
             body["top_k"] = req.top_k
         if req.stop_ids:
@@ -250,20 +286,64 @@ class Client:
             body["seed"] = req.seed
         return body
 
+    def _post(self, body: dict):
+        """POST one completion request; a failure goes to the watchdog first (a death is a
+        finding, raised as ServerDied), then is raised as it is."""
+        path, root = ("/completion", True) if self.api == "llamacpp" else ("/completions", False)
+        try:
+            return self.call_json("POST", path, body, root=root)
+        except ServedError as exc:
+            if self.watchdog is not None and (
+                    not isinstance(exc, HttpError) or exc.status >= 500):
+                url = self._root() + (path if root else self.base + path)
+                self.watchdog.examine(url, body, exc)
+            raise
+
     def _complete(self, req: Request) -> list[Completion]:
-        answer = self.call_json("POST", "/completions", self._body(req))
-        choices = answer.get("choices") if isinstance(answer, dict) else None
+        answer = self._post(self._body(req))
+        where = f"POST {self.url.rstrip('/')}/completions"
+        if self.api == "llamacpp":
+            if not isinstance(answer, dict) or "content" not in answer:
+                raise BadResponse(f"{where}: no content in {str(answer)[:300]}")
+            choices = [answer]
+        else:
+            choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
-            raise BadResponse(f"POST {self.url.rstrip('/')}/completions: no choices in "
-                              f"{str(answer)[:300]}")
-        with self.traffic.lock:
-            self.traffic.requests += 1
+            raise BadResponse(f"{where}: no choices in {str(answer)[:300]}")
         out = []
         for choice in sorted(choices, key=lambda c: c.get("index", 0)):
-            out.append(Completion(self._tokens(choice), choice.get("finish_reason")))
+            out.append(self._read(choice, req))
+        with self.traffic.lock:
+            self.traffic.requests += 1
+            self.traffic.drafted += sum(c.drafted or 0 for c in out)
+            self.traffic.accepted += sum(c.accepted or 0 for c in out)
         return out
 
-    def _tokens(self, choice: dict) -> tuple:
+    def _read(self, choice: dict, req: Request) -> Completion:
+        if self.api != "llamacpp":
+            return Completion(self._tokens(choice, req), choice.get("finish_reason"))
+        where = f"POST {self._root()}/completion"
+        ids = choice.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                for t in ids):
+            raise BadResponse(f"{where}: no token list in {str(choice)[:300]} (return_tokens)")
+        tokens = tuple(ids)
+        stop_type = choice.get("stop_type")
+        word = choice.get("stopping_word") or ""
+        if stop_type == "word" and word:
+            stop = tokenizer.encode(word)
+            # the stop word's token is kept at the end of `tokens` or not, depending on the
+            # version; the kit's convention keeps it
+            if len(stop) == 1 and not (tokens and tokens[-1] == stop[0]):
+                tokens = tokens + tuple(stop)
+        reason = {"word": "stop", "limit": "length", "eos": "stop"}.get(stop_type, stop_type)
+        timings = choice.get("timings") or {}
+        drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+        if drafted is None and isinstance(timings, dict) and "predicted_n" in timings:
+            drafted, accepted = 0, 0    # llama-server omits them when nothing was drafted
+        return Completion(tokens, reason, drafted, accepted)
+
+    def _tokens(self, choice: dict, req: Request | None = None) -> tuple:
         ids = choice.get("token_ids")
         text = choice.get("text")
         where = f"POST {self.url.rstrip('/')}/completions"
@@ -278,9 +358,13 @@ class Client:
         if isinstance(ids, list):
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
                 raise BadResponse(f"{where}: token_ids holds a non-integer: {ids[:20]}")
-            if from_text is not None and from_text != tuple(ids):
-                raise BadResponse(f"{where}: token_ids {ids} and text {text!r} disagree")
-            return tuple(ids)
+            ids = tuple(ids)
+            stops = set(req.stop_ids) if req is not None else set()
+            # dialect: a matched stop id ends token_ids but is left out of the text (vLLM)
+            stop_cut = bool(ids) and ids[-1] in stops and from_text == ids[:-1]
+            if from_text is not None and from_text != ids and not stop_cut:
+                raise BadResponse(f"{where}: token_ids {list(ids)} and text {text!r} disagree")
+            return ids
         if from_text is None:
             raise BadResponse(f"{where}: a choice with neither token_ids nor text: {str(choice)[:300]}")
         return from_text
@@ -290,7 +374,8 @@ class Client:
     def complete(self, req: Request) -> list[Completion]:
         """The request's completions: n of them (several requests where n is not supported)."""
         self.resolve()
-        if req.n > 1 and self.api == "transformers":
+        if req.n > 1 and (self.api in ("transformers", "llamacpp")
+                          or self.dialect.honours_n is False):
             self.supports_n = False   # transformers serve ignores n (it logs a warning)
         if req.n > 1 and self.supports_n is False:
             return [c for i in range(req.n)

@@ -15,6 +15,12 @@ float64 target, and can be told to misbehave in one named way:
     "slow"            sleeps `delay` seconds before answering
     "partial_accept"  /metrics reports 3 of every 4 drafted tokens accepted
     "text_only"       rejects token-id prompts (HTTP 422), like transformers serve
+    "die_on_top_k"    the process exits (a crash, as an engine's would) at the first sampled
+                      request with top_k > 0: the kit's self-test of a server that dies
+
+Run as a process (``python -m properties.serve.fake --port P [--behaviour B]``) it is the
+`fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
+Its /metrics counters follow a perfect draft with k = 4 drafted per round ("full" schedule).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from properties.serve import oracle, tokenizer
 from reference.sampling import probs_from_logits
 
 BEHAVIOURS = (None, "wrong_model", "wrong_token", "ignore_stop", "ignore_seed", "fixed_seed",
-              "hot", "http_500", "slow", "partial_accept", "text_only")
+              "hot", "http_500", "slow", "partial_accept", "text_only", "die_on_top_k")
+K = 4
 
 
 class FakeServer:
@@ -71,7 +78,9 @@ class FakeServer:
                 self.wfile.write(data)
 
             def do_GET(self):
-                if self.path == "/v1/models":
+                if self.path == "/health":
+                    self._send(200, {"status": "ok"})
+                elif self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": "kit-target"}]})
                 elif self.path == "/metrics":
                     text = (f"# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
@@ -91,7 +100,7 @@ class FakeServer:
                     status, payload = 400, {"error": f"{type(exc).__name__}: {exc}"}
                 self._send(status, payload)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", getattr(self, "port", 0)), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         return self
@@ -123,6 +132,10 @@ class FakeServer:
             temperature = body.get("temperature", 1.0)
             top_k, top_p = body.get("top_k", 0), body.get("top_p", 1.0)
             stops = body.get("stop_token_ids") or []
+        if b == "die_on_top_k" and temperature > 0 and (top_k or 0) > 0:
+            print(f"FakeEngineError: sampling with top_k={top_k} kills this engine", flush=True)
+            import os
+            os._exit(1)
         max_tokens, n = int(body["max_tokens"]), int(body.get("n", 1)) if not text_mode else 1
         seed = body.get("seed")
         choices = []
@@ -135,7 +148,7 @@ class FakeServer:
                 choice["token_ids"] = tokens
             choices.append(choice)
         with self.lock:
-            drafted = sum(len(c["text"]) for c in choices)
+            drafted = sum(K * _rounds(len(c["text"])) for c in choices)
             self.drafted += drafted
             self.accepted += drafted * 3 // 4 if b == "partial_accept" else drafted
         return 200, {"object": "text_completion", "model": "kit-target", "choices": choices}
@@ -167,3 +180,30 @@ class FakeServer:
             if token in stops and self.behaviour != "ignore_stop":
                 break
         return out
+
+
+def _rounds(length: int) -> int:
+    """Rounds of a perfect draft for an output of `length`: the prefill gives the first token,
+    each round k accepted tokens and one more."""
+    committed, rounds = 1, 0
+    while committed < length:
+        rounds, committed = rounds + 1, committed + K + 1
+    return rounds
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m properties.serve.fake")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--behaviour", default=None, choices=[b for b in BEHAVIOURS if b])
+    args = parser.parse_args(argv)
+    fake = FakeServer(args.behaviour)
+    fake.port = args.port
+    with fake:
+        print(f"fake engine ({args.behaviour or 'correct'}) on {fake.url}", flush=True)
+        threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,9 @@ from properties.serve.client import Client, parse_url
 # float32 forwards of two layers stay within ~1e-5 of float64 (tests/test_serve_export.py
 # measures it), so 1e-3 leaves a wide margin and still calls every real divergence a failure.
 LOGIT_TOLERANCE = 1e-3
-DRAFTS = ("unknown", "perfect")
+# what drafts for the server: "perfect" (the target itself), an export name whose acceptance
+# the kit replays exactly, "ngram" (prompt lookup), "none" (no speculation), or "unknown"
+DRAFTS = ("unknown", "perfect", "draft-early-exit", "draft-random", "ngram", "none")
 
 
 class ServedImpl(Impl):
@@ -28,6 +30,9 @@ class ServedImpl(Impl):
         self.baseline: Client | None = None      # the same model served without speculation
         self.logit_tolerance = LOGIT_TOLERANCE
         self.draft = "unknown"                   # "perfect": the server drafts with the target
+        self.k = 4                               # proposals per round (--served-k)
+        self.schedule = None                     # the engine's end-of-request draft habit
+        self.engine = None                       # properties.serve.engines name, if known
 
     def has(self, level: str) -> bool:
         return level == "served"

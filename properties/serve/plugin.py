@@ -39,8 +39,16 @@ def pytest_addoption(parser):
                     help="requests in flight at once (default 8)")
     group.addoption("--served-generation-config", default=None, metavar="JSON",
                     help="JSON object merged into each request's generation_config (transformers)")
-    group.addoption("--served-draft", default="unknown", choices=("unknown", "perfect"),
-                    help="perfect: the server's draft is the target (perfect-draft family)")
+    group.addoption("--served-draft", default="unknown",
+                    choices=("unknown", "perfect", "draft-early-exit", "draft-random", "ngram",
+                             "none"),
+                    help="what the server drafts with: perfect (the target), an exported "
+                         "draft (the kit replays its acceptance exactly), ngram, none")
+    group.addoption("--served-k", default="4", metavar="K",
+                    help="draft tokens per round the server was started with (default 4)")
+    group.addoption("--served-engine", default=None, metavar="NAME",
+                    help="the engine behind the URL (vllm, llamacpp, transformers, ...): "
+                         "its response dialect and where it reports speculation counters")
     group.addoption("--served-logit-tolerance", default=None, metavar="GAP",
                     help="float64 top-two logit gap below which a greedy divergence is a tie")
 
@@ -76,9 +84,21 @@ def options(config) -> dict:
         "concurrency": _number(config, "--served-concurrency", int, 1),
         "extra": extra or {},
         "draft": config.getoption("--served-draft"),
+        "k": _number(config, "--served-k", int, 1),
+        "engine": _engine(config.getoption("--served-engine")),
         "tolerance": None if tolerance is None else _number(config, "--served-logit-tolerance",
                                                             float, 0.0),
     }
+
+
+def _engine(name):
+    if name is None:
+        return None
+    from properties.serve import engines
+    try:
+        return engines.get(name)
+    except KeyError as exc:
+        raise pytest.UsageError(f"--served-engine={name}: {exc.args[0]}") from None
 
 
 def configure(impl, opts: dict) -> None:
@@ -86,18 +106,24 @@ def configure(impl, opts: dict) -> None:
     from properties.serve.client import Client
 
     client = impl.client
-    client.api, client.model = opts["api"], opts["model"]
+    engine = opts["engine"]
+    dialect = engine.dialect if engine is not None else client.dialect
+    api = dialect.api if opts["api"] == "auto" and dialect.api != "auto" else opts["api"]
+    client.dialect, client.api, client.model = dialect, api, opts["model"]
     client.timeout, client.concurrency = opts["timeout"], opts["concurrency"]
     client.extra_generation_config = dict(opts["extra"])
     if opts["baseline"]:
         try:
-            impl.baseline = Client(opts["baseline"], api=opts["api"], model=opts["model"],
-                                   timeout=opts["timeout"], concurrency=opts["concurrency"])
+            impl.baseline = Client(opts["baseline"], api=api, model=opts["model"],
+                                   timeout=opts["timeout"], concurrency=opts["concurrency"],
+                                   dialect=dialect)
         except ValueError as exc:
             raise pytest.UsageError(f"--baseline={opts['baseline']}: {exc}") from None
     if opts["tolerance"] is not None:
         impl.logit_tolerance = opts["tolerance"]
-    impl.draft = opts["draft"]
+    impl.draft, impl.k = opts["draft"], opts["k"]
+    impl.engine = engine.name if engine is not None else None
+    impl.schedule = getattr(engine, "schedule", None) if engine is not None else None
 
 
 def _served_impl(config):
@@ -136,7 +162,58 @@ def served(pytestconfig):
         except Refusal as exc:
             pytest.exit(f"the kit refuses to check this server: {exc}", returncode=4)
         pytestconfig._served_confirmed = True
+        _watch(pytestconfig, impl)
     return impl
+
+
+def launcher_of(config):
+    """The plugin of ``python -m properties.serve run`` (it owns the servers), or None."""
+    for plugin in config.pluginmanager.get_plugins():
+        if hasattr(plugin, "server_for") and hasattr(plugin, "restart"):
+            return plugin
+    return None
+
+
+def _watch(config, impl) -> None:
+    """Give each client a watchdog: a failed request that met a dead server is a finding."""
+    from properties.serve.deaths import Watchdog
+    launcher = launcher_of(config)
+    for client in (impl.client, impl.baseline):
+        if client is None:
+            continue
+        server = launcher.server_for(client.url) if launcher is not None else None
+        client.watchdog = Watchdog(f"{client.scheme}://{client.host}:{client.port}/health",
+                                   server=server)
+
+
+@pytest.fixture(autouse=True)
+def _served_server_alive(request):
+    """Before each served test: a server that died at an earlier request is restarted when the
+    kit started it; otherwise the test is not run, and says at which request the server died."""
+    impl = _served_impl(request.config)
+    family = request.node.get_closest_marker("family")
+    if impl is None or family is None or not str(family.args[0]).startswith("served_"):
+        yield
+        return
+    launcher = launcher_of(request.config)
+    for client in (impl.client, impl.baseline):
+        dog = getattr(client, "watchdog", None)
+        if dog is None:
+            continue
+        dog.test = request.node.nodeid
+        if not dog.dead:
+            continue
+        from properties.serve.deaths import REGISTRY
+        death = REGISTRY.last()
+        if dog.server is not None and launcher is not None:
+            launcher.restart(dog.server, death)
+            dog.dead = False
+        elif dog._alive():
+            dog.dead = False   # it came back (restarted by someone else)
+        else:
+            pytest.skip(f"not run: the server died at {death.test or 'an earlier test'}: "
+                        f"{death.headline()}; replay: {death.curl()}")
+    yield
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -1,0 +1,68 @@
+"""The acceptance a speculating server must report, computed exactly from the kit's models.
+
+For a greedy request the committed output is the target's greedy continuation, and a draft
+token is accepted exactly when it equals the target's token there: Σ min(p, q) per position
+with one-hot p and q is 1 where the argmaxes agree and 0 elsewhere. Replaying the rounds with
+the kit's own float64 draft gives the number of drafts, drafted tokens and accepted tokens the
+engine's counters must show for that request.
+
+Engines schedule drafts differently at the end of a request: `schedule` names the two habits
+seen so far.
+    "full"    every round drafts k tokens while the output is short of max_tokens, also when
+              fewer remain (tokens accepted beyond max_tokens are counted, then cut)
+    "capped"  a round drafts at most the tokens still wanted after its bonus token
+A first token comes from the prefill (no draft); each round then commits its accepted tokens
+and one more from the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from properties.serve import oracle
+
+SCHEDULES = ("full", "capped")
+
+
+@dataclass(frozen=True)
+class Expected:
+    drafts: int
+    drafted: int
+    accepted: int
+
+
+@lru_cache(maxsize=4096)
+def _draft_greedy(draft: str, seq: tuple, k: int) -> tuple:
+    out, s = [], list(seq)
+    for _ in range(k):
+        token = int(torch.argmax(oracle.next_logits(s, draft)))
+        out.append(token)
+        s.append(token)
+    return tuple(out)
+
+
+def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full") -> Expected:
+    """Exact counters of one greedy request with draft model `draft` ("perfect" = target)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
+    if max_tokens < 1:
+        return Expected(0, 0, 0)
+    name = "target" if draft == "perfect" else draft
+    target = oracle.greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
+    committed = 1
+    drafts = drafted = accepted = 0
+    while committed < max_tokens:
+        n = k if schedule == "full" else min(k, max_tokens - committed - 1)
+        if n <= 0:
+            break
+        seq = tuple(prompt) + tuple(target[:committed])
+        proposals = _draft_greedy(name, seq, n)
+        a = 0
+        while a < n and proposals[a] == target[committed + a]:
+            a += 1
+        drafts, drafted, accepted = drafts + 1, drafted + n, accepted + a
+        committed += a + 1
+    return Expected(drafts, drafted, accepted)

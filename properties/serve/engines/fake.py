@@ -1,0 +1,33 @@
+"""The project's own fake server as an engine: the launcher's self-test (start, health, a
+server that dies at a chosen request, restart, counters, verdict) in seconds, no engine needed."""
+
+from __future__ import annotations
+
+import sys
+
+from properties.serve import dialects
+from properties.serve.engines import Engine, Method
+from properties.serve.server import Command
+
+METHODS = {m.name: m for m in (
+    Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
+    Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
+)}
+BEHAVIOUR = {"perfect-draft": None, "die-on-top-k": "die_on_top_k"}
+
+FAKE = dialects.Dialect("fake", "openai", stop_in_ids=True, stop_in_text=True, honours_n=True,
+                        counters="metrics")
+
+
+def command(env, export_dir, method, port) -> Command:
+    argv = [sys.executable, "-m", "properties.serve.fake", "--port", str(port)]
+    behaviour = BEHAVIOUR.get(method.name) if method is not None else None
+    if behaviour:
+        argv += ["--behaviour", behaviour]
+    return Command(argv, health="/health")
+
+
+ENGINE = Engine(
+    name="fake", title="the kit's fake server (self-test)", setup="nothing (part of the kit)",
+    validated=("self",), methods=METHODS, dialect=FAKE, find=lambda: None,
+    version=lambda env: "self", command=command, start_timeout=60.0, schedule="full")

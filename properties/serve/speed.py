@@ -1,0 +1,90 @@
+"""Evidence that speculation ran, and what it buys: measured on the running servers.
+
+`evidence` sends a few greedy requests to the speculating server and reads the engine's own
+counters (its /metrics page, or the draft statistics in its responses): no drafted token
+means speculation was not shown to have run, whatever the flags said.
+
+`measure` times greedy requests one at a time, on the speculating and the baseline server in
+alternating turns; while one is measured the other's processes are paused (SIGSTOP), so the
+two never compete for the cores. The ratio of the baseline's time to the speculating
+server's time for the same requests is the speed-up (below 1: speculation loses, as it must
+with the kit's random-weight models, whose drafts are rarely accepted).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from properties.serve import metrics
+from properties.serve.client import Client, Request, ServedError
+
+PROMPTS = ((3, 9, 27, 3, 9, 27), (30, 1, 17, 8, 12), (0, 1, 2, 0, 1, 2, 0, 1), (5, 6, 5, 6, 5))
+TOKENS = 32
+
+
+def _client(engine, server) -> Client:
+    return Client(server.url, dialect=engine.dialect, timeout=120, concurrency=1)
+
+
+def evidence(engine, server) -> dict:
+    client = _client(engine, server)
+    requests = [Request(p, TOKENS) for p in PROMPTS]
+    try:
+        if engine.dialect.counters == "metrics":
+            before = metrics.acceptance_counters(client)
+            client.complete_many(requests)
+            after = metrics.acceptance_counters(client)
+            return {"drafted": after.drafted - before.drafted,
+                    "accepted": after.accepted - before.accepted,
+                    "source": f"{metrics.PATH} counters over {len(requests)} greedy requests"}
+        if engine.dialect.counters == "timings":
+            answers = client.complete_many(requests)
+            done = [c for a in answers for c in a]
+            return {"drafted": sum(c.drafted or 0 for c in done),
+                    "accepted": sum(c.accepted or 0 for c in done),
+                    "source": f"draft statistics of {len(requests)} greedy responses"}
+    except ServedError as exc:
+        return {"drafted": 0, "accepted": 0, "source": f"cannot read the counters: {exc}"}
+    return {"drafted": 0, "accepted": 0,
+            "source": f"{engine.title} reports no speculation counters"}
+
+
+def _pause(server, on: bool) -> None:
+    if server.process is not None:
+        try:
+            os.killpg(server.process.pid, signal.SIGSTOP if on else signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _time(client, requests) -> float:
+    start = time.perf_counter()
+    for r in requests:
+        client.complete(r)
+    return time.perf_counter() - start
+
+
+def measure(engine, spec, base, turns: int = 3, say=print) -> dict:
+    requests = [Request(p, TOKENS) for p in PROMPTS]
+    clients = {"spec": _client(engine, spec), "base": _client(engine, base)}
+    servers = {"spec": spec, "base": base}
+    seconds = {"spec": [], "base": []}
+    try:
+        for name in ("spec", "base"):     # warm-up, both running
+            _time(clients[name], requests[:1])
+        for turn in range(turns):
+            for name, other in (("spec", "base"), ("base", "spec")):
+                _pause(servers[other], True)
+                try:
+                    seconds[name].append(_time(clients[name], requests))
+                finally:
+                    _pause(servers[other], False)
+    except ServedError as exc:
+        say(f"[kit] speed-up not measured: {exc}")
+        return {}
+    spec_s, base_s = sum(seconds["spec"]), sum(seconds["base"])
+    return {"speedup": base_s / spec_s, "spec_seconds": seconds["spec"],
+            "base_seconds": seconds["base"], "turns": turns,
+            "tokens": TOKENS * len(requests), "requests_per_turn": len(requests)}
