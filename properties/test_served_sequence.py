@@ -36,6 +36,15 @@ def test_joint_law_of_first_tokens(served, case):
     checks.check_sequence(served, case)
 
 
+# The temperature alone, no top-k or top-p: the law of speculation is still judged when an
+# engine fails (or dies) on a filter, which the test above then reports.
+@given(case=sampling_cases(filters=False))
+@example(case=REPEATED)
+@profiles.statistical(checks=1)
+def test_joint_law_unfiltered(served, case):
+    checks.check_sequence(served, case)
+
+
 @given(case=sampling_cases())
 @example(case=ServedCase((1, 2, 3), 12, temperature=1.0, seed=7))
 @profiles.deterministic(scale=0.2)

@@ -248,6 +248,10 @@ class Client:
                                     f"{second}", second.status) from None
         self._resolved = True
 
+    def body(self, req: Request) -> dict:
+        """The JSON body this client sends for `req` (its dialect's request shape)."""
+        return self._body(req)
+
     def _body(self, req: Request) -> dict:
         sampling = req.temperature > 0
         if self.api == "transformers":
@@ -300,7 +304,16 @@ class Client:
             raise
 
     def _complete(self, req: Request) -> list[Completion]:
-        answer = self._post(self._body(req))
+        out = self.read_answer(self._post(self._body(req)), req)
+        with self.traffic.lock:
+            self.traffic.requests += 1
+            self.traffic.drafted += sum(c.drafted or 0 for c in out)
+            self.traffic.accepted += sum(c.accepted or 0 for c in out)
+        return out
+
+    def read_answer(self, answer, req: Request) -> list[Completion]:
+        """The completions of one response body (parsed JSON) to request `req`, read by this
+        client's dialect."""
         where = f"POST {self.url.rstrip('/')}/completions"
         if self.api == "llamacpp":
             if not isinstance(answer, dict) or "content" not in answer:
@@ -310,14 +323,8 @@ class Client:
             choices = answer.get("choices") if isinstance(answer, dict) else None
         if not isinstance(choices, list) or not choices:
             raise BadResponse(f"{where}: no choices in {str(answer)[:300]}")
-        out = []
-        for choice in sorted(choices, key=lambda c: c.get("index", 0)):
-            out.append(self._read(choice, req))
-        with self.traffic.lock:
-            self.traffic.requests += 1
-            self.traffic.drafted += sum(c.drafted or 0 for c in out)
-            self.traffic.accepted += sum(c.accepted or 0 for c in out)
-        return out
+        return [self._read(choice, req)
+                for choice in sorted(choices, key=lambda c: c.get("index", 0))]
 
     def _read(self, choice: dict, req: Request) -> Completion:
         if self.api != "llamacpp":

@@ -42,16 +42,29 @@ def curl_line(url: str, body: dict) -> str:
             f"-d {shlex.quote(json.dumps(body, sort_keys=True))}")
 
 
-_ERROR_LINE = re.compile(r"([A-Za-z_.]*(Error|Exception|error|abort|Abort|fault|Fault)\b.*)")
+_EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Fault)): (.+)")
+_CHATTER = re.compile(r"\b(WARNING|INFO|DEBUG)\b")   # advice and progress, not the crash
+_FATAL = re.compile(r"(?i)\b(abort(ed)?|segmentation fault|core dumped|assert(ion)? failed|"
+                    r"terminate called|fatal)\b.*")
 
 
 def signature(log_text: str) -> str:
-    """The crash's last error line, without timestamps, pids and numbers (one per way of dying)."""
+    """The crash's first exception with a message (the root cause comes first in a log; later
+    lines are its consequences, e.g. 'EngineDeadError'), or the first fatal line, without
+    numbers (one signature per way of dying)."""
     found = ""
-    for line in log_text.splitlines():
-        match = _ERROR_LINE.search(line)
-        if match and "Traceback" not in line:
-            found = match.group(1)
+    lines = [line for line in log_text.splitlines() if not _CHATTER.search(line)]
+    for line in lines:
+        match = _EXCEPTION.search(line)
+        if match:
+            found = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+            break
+    if not found:
+        for line in lines:
+            match = _FATAL.search(line)
+            if match:
+                found = match.group(0)
+                break
     found = re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?", "N", found).strip()
     return found[:300] or "no error line in the server's log"
 

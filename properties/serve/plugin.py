@@ -216,6 +216,25 @@ def _served_server_alive(request):
     yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A test whose explicit examples met a dead server fails with a group of exceptions: its
+    cause is the death (the summary groups failures by cause)."""
+    outcome = yield
+    excinfo = getattr(outcome, "excinfo", None)
+    error = excinfo[1] if excinfo else None
+    if isinstance(error, BaseExceptionGroup) and not getattr(error, "cause", ""):
+        from properties.serve.deaths import ServerDied
+        died = [e for e in _leaves(error) if isinstance(e, ServerDied)]
+        if died:
+            error.cause = died[0].cause
+
+
+def _leaves(group):
+    for e in group.exceptions:
+        yield from (_leaves(e) if isinstance(e, BaseExceptionGroup) else (e,))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     impl = _served_impl(config)
     if impl is None or hasattr(config, "workerinput"):

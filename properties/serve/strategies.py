@@ -43,10 +43,12 @@ def greedy_cases(draw, with_stops: bool = False):
 
 
 @st.composite
-def sampling_cases(draw, max_len: int = 2, with_stops: bool = False):
+def sampling_cases(draw, max_len: int = 2, with_stops: bool = False, filters: bool = True):
+    """filters=False: no top-k and no top-p (the temperature alone shapes the law)."""
     prompt = draw(prompts())
     stops = tuple(draw(st.lists(TOKENS, min_size=1 if with_stops else 0, max_size=2)))
     return ServedCase(prompt, draw(st.integers(1, max_len)),
                       temperature=draw(st.sampled_from(TEMPERATURES)),
-                      top_k=draw(st.sampled_from(TOP_KS)), top_p=draw(st.sampled_from(TOP_PS)),
+                      top_k=draw(st.sampled_from(TOP_KS)) if filters else 0,
+                      top_p=draw(st.sampled_from(TOP_PS)) if filters else 1.0,
                       stop_ids=stops, seed=draw(st.integers(0, 2**20)))

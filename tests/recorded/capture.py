@@ -1,0 +1,89 @@
+"""Record real responses of an engine's server, for the dialect tests (tests/test_serve_dialects.py).
+
+    python tests/recorded/capture.py vllm        # needs `make engine-vllm`
+    python tests/recorded/capture.py llamacpp    # needs `make engine-llamacpp`
+
+Starts the engine with the early-exit draft model (the kit's launcher), sends the requests
+below exactly as the kit's client words them, and writes tests/recorded/ENGINE.json: the
+engine's version, and for each request the body sent and the body answered, verbatim, plus
+the engine's /metrics page around one greedy request where it has one. Nothing in the file
+is written by hand: the tests read it back through the client and compare with the kit's
+float64 models.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from properties.serve import engines, export  # noqa: E402
+from properties.serve.client import Client, Request  # noqa: E402
+from properties.serve.server import Server  # noqa: E402
+
+# name -> the request (token ids; temperature 0 is greedy)
+REQUESTS = {
+    "greedy": Request((3, 9, 27, 3, 9, 27), 12),
+    "greedy_random_prompt": Request((30, 1, 17, 8, 12), 12),
+    "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, stop_ids=(27,)),
+    "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, stop_ids=(31, 3)),
+    "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, stop_ids=(0,)),
+    "sampled_seeded": Request((1, 2, 3), 6, temperature=1.0, seed=7),
+    "sampled_seeded_again": Request((1, 2, 3), 6, temperature=1.0, seed=7),
+    "sampled_n4": Request((1, 2, 3), 3, temperature=0.8, seed=11, n=4),
+    "sampled_top_p": Request((5, 6, 5, 6, 5), 3, temperature=1.3, top_p=0.9, seed=12),
+}
+
+
+def capture(name: str) -> dict:
+    engine = engines.get(name)
+    env = engine.find()
+    version = engine.version(env)
+    work = Path(tempfile.mkdtemp(prefix=f"capture-{name}-"))
+    export.export(work / "export")
+    if engine.prepare is not None:
+        engine.prepare(env, work / "export", work / "prepare.log")
+    method = engine.method("draft-early-exit")
+    server = Server(f"{name}-capture", lambda port: engine.command(env, work / "export", method,
+                                                                   port), work,
+                    start_timeout=engine.start_timeout)
+    record = {"engine": name, "version": version, "method": method.name, "exchanges": {}}
+    with server:
+        client = Client(server.url, dialect=engine.dialect, timeout=120)
+        client.resolve()
+        for key, req in REQUESTS.items():
+            body = client.body(req)
+            answer = client._post(body)
+            record["exchanges"][key] = {"request": req.__dict__, "body": body,
+                                        "answer": answer}
+        if engine.dialect.counters == "metrics":
+            pages = []
+            for _ in range(2):
+                with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics") as page:
+                    pages.append(page.read().decode())
+                if len(pages) == 1:
+                    client._post(client.body(REQUESTS["greedy"]))
+            record["metrics_before_after_greedy"] = [
+                "\n".join(line for line in p.splitlines() if "spec_decode" in line)
+                for p in pages]
+    return record
+
+
+def main(argv) -> int:
+    if len(argv) != 1:
+        print(__doc__)
+        return 2
+    record = capture(argv[0])
+    out = Path(__file__).with_name(f"{argv[0]}.json")
+    out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out} ({record['engine']} {record['version']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""Each engine's dialect is read right: responses recorded from the real servers
+(tests/recorded/ENGINE.json, written by tests/recorded/capture.py with the engine's version)
+are read back through the kit's client and compared with the kit's float64 models.
+
+A dialect difference must never look like a losslessness failure: a stop token kept in
+`token_ids` but cut from `text`, a stop word cut from llama.cpp's content, the engine's
+draft statistics, `n`, `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from properties.serve import acceptance, checks, engines, metrics, oracle
+from properties.serve.cases import ServedCase
+from properties.serve.client import Client, Request
+
+RECORDED = Path(__file__).with_name("recorded")
+ENGINES = sorted(p.stem for p in RECORDED.glob("*.json"))
+
+
+def load(name):
+    record = json.loads((RECORDED / f"{name}.json").read_text())
+    engine = engines.get(name)
+    client = Client("http://127.0.0.1:9/v1", dialect=engine.dialect, model="kit-target")
+    out = {}
+    for key, exchange in record["exchanges"].items():
+        fields = dict(exchange["request"])
+        for tuple_field in ("prompt", "stop_ids"):
+            fields[tuple_field] = tuple(fields[tuple_field])
+        req = Request(**fields)
+        assert client.body(req) == exchange["body"], (
+            f"{name}: the client no longer words {key} as it was recorded: capture again")
+        out[key] = (req, client.read_answer(exchange["answer"], req))
+    return record, engine, out
+
+
+def test_recordings_exist_for_the_engines_ci_runs():
+    assert {"vllm", "llamacpp"} <= set(ENGINES), (
+        "record them: python tests/recorded/capture.py vllm (and llamacpp)")
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_recorded_version_is_the_validated_one(name):
+    record = json.loads((RECORDED / f"{name}.json").read_text())
+    assert record["version"] in engines.get(name).validated
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_greedy_answers_read_as_the_targets_greedy_tokens(name):
+    _, _, read = load(name)
+    for key in ("greedy", "greedy_random_prompt"):
+        req, (completion,) = read[key]
+        assert list(completion.tokens) == oracle.greedy(req.prompt, req.max_tokens)
+        assert completion.finish_reason == "length"
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_a_matched_stop_ends_the_tokens_whatever_the_text_says(name):
+    record, engine, read = load(name)
+    for key in ("greedy_stop", "greedy_two_stops", "greedy_stop_never_met"):
+        req, (completion,) = read[key]
+        expected = oracle.greedy(req.prompt, req.max_tokens, req.stop_ids)
+        assert list(completion.tokens) == expected, key
+        case = ServedCase(req.prompt, req.max_tokens, stop_ids=req.stop_ids)
+        assert checks.bounds_violation(case, completion) is None, key
+    # the recorded habit is the declared one: the text leaves the stop token out
+    answer = record["exchanges"]["greedy_stop"]["answer"]
+    text = answer["content"] if engine.dialect.api == "llamacpp" else answer["choices"][0]["text"]
+    req, (completion,) = read["greedy_stop"]
+    assert engine.dialect.stop_in_text is False
+    assert len(text) == len(completion.tokens) - 1
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_sampled_answers_lie_in_the_support_and_seed_replays(name):
+    _, engine, read = load(name)
+    (_, (first,)), (_, (again,)) = read["sampled_seeded"], read["sampled_seeded_again"]
+    assert first.tokens == again.tokens
+    req, answers = read["sampled_n4"]
+    assert len(answers) == (4 if engine.dialect.honours_n else 1)
+    for key in ("sampled_seeded", "sampled_n4", "sampled_top_p"):
+        req, answers = read[key]
+        law = oracle.law(req.prompt, req.max_tokens, req.temperature, req.top_k, req.top_p)
+        for completion in answers:
+            assert law.get(tuple(completion.tokens), 0) > 0, (key, completion.tokens)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_engine_counters_are_read_and_equal_the_exact_replay(name):
+    record, engine, read = load(name)
+    req, (completion,) = read["greedy"]
+    expected = acceptance.greedy(req.prompt, req.max_tokens, "draft-early-exit", 4,
+                                 engine.schedule)
+    if engine.dialect.counters == "timings":
+        assert (completion.drafted, completion.accepted) == (expected.drafted, expected.accepted)
+    else:
+        before, after = record["metrics_before_after_greedy"]
+        drafted = (metrics.parse(after, metrics.DRAFTED) - metrics.parse(before, metrics.DRAFTED))
+        accepted = (metrics.parse(after, metrics.ACCEPTED)
+                    - metrics.parse(before, metrics.ACCEPTED))
+        assert (drafted, accepted) == (expected.drafted, expected.accepted)
