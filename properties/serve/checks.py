@@ -211,10 +211,56 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
                  f"is no statement about the law of speculative sampling; fix the seeding first.")
     result = statistics.chi_square_gof(observed, law)
     if not result.passed:
-        fail(impl, prop, CHECK_SEQUENCE, case, law_mismatch(
-            "the outputs", result, the_plan, len(law), temperature=case.temperature,
-            top_k=case.top_k, top_p=case.top_p, L=case.max_tokens))
+        mismatch = law_mismatch("the outputs", result, the_plan, len(law),
+                                temperature=case.temperature, top_k=case.top_k,
+                                top_p=case.top_p, L=case.max_tokens)
+        if impl.baseline is not None:
+            fail(impl, prop, CHECK_SEQUENCE, case,
+                 _against_baseline(impl, case, law, observed, the_plan.n, mismatch))
+        fail(impl, prop, CHECK_SEQUENCE, case, mismatch)
     return result
+
+
+def two_sample(a: Counter, b: Counter, min_count: int = 10) -> float:
+    """p-value of a chi-square test that two samples come from one law (outcomes seen fewer
+    than `min_count` times in both together are pooled into one cell)."""
+    from scipy.stats import chi2_contingency
+    keys = sorted(set(a) | set(b))
+    big = [k for k in keys if a[k] + b[k] >= min_count]
+    rows = [[a[k] for k in big], [b[k] for k in big]]
+    rest = [sum(a[k] for k in keys if k not in big), sum(b[k] for k in keys if k not in big)]
+    if rest[0] + rest[1] > 0:
+        rows[0].append(rest[0])
+        rows[1].append(rest[1])
+    if len(rows[0]) < 2:
+        return 1.0
+    return float(chi2_contingency(rows)[1])
+
+
+def _against_baseline(impl, case, law, observed, n, mismatch) -> str:
+    """The law failed: do the baseline server's samples (same engine, no speculation) fail it
+    too? Then the engine's sampler differs from the convention, and speculation is judged
+    against the engine's own sampler (two samples of n each: by lambda ~ n w^2 / 2 the test
+    has the one-sample test's power at a deviation sqrt(2) times larger, TV ~ 0.21)."""
+    try:
+        answers = impl.baseline.complete_many(sampling_requests(impl.baseline, case, n))
+    except ServedError as exc:
+        return f"{mismatch}\n(the baseline server could not be asked for comparison: {exc})"
+    base = Counter(c.tokens for a in answers for c in a[:n])
+    base_result = statistics.chi_square_gof(base, law)
+    p_two = two_sample(observed, base)
+    same = p_two >= statistics.ALPHA
+    if base_result.passed:
+        return (f"speculation changes the law: the baseline server ({impl.baseline.url}, the "
+                f"same engine without speculation) samples the exact law (p = "
+                f"{base_result.p_value:.3g}), the speculating server does not; speculating vs "
+                f"baseline samples, two-sample chi-square: p = {p_two:.3g}\n{mismatch}")
+    verdict = ("speculation exact relative to the engine's own sampler (two-sample chi-square "
+               f"of speculating vs baseline samples: p = {p_two:.3g})" if same else
+               f"speculation also changes the engine's own law (two-sample p = {p_two:.3g})")
+    return (f"the engine's sampler differs from the convention (temperature, then top-k, then "
+            f"top-p, as in reference.sampling): its baseline without speculation fails the same "
+            f"exact-law check (p = {base_result.p_value:.3g}); {verdict}\n{mismatch}")
 
 
 CHECK_SEED = f"{_MODULE}:check_seed"

@@ -133,9 +133,11 @@ class FakeServer:
             top_k, top_p = body.get("top_k", 0), body.get("top_p", 1.0)
             stops = body.get("stop_token_ids") or []
         if b == "die_on_top_k" and temperature > 0 and (top_k or 0) > 0:
-            print(f"FakeEngineError: sampling with top_k={top_k} kills this engine", flush=True)
             import os
-            os._exit(1)
+            with self.lock:   # one crash message, even when requests arrive together
+                print(f"FakeEngineError: sampling with top_k={top_k} kills this engine",
+                      flush=True)
+                os._exit(1)
         max_tokens, n = int(body["max_tokens"]), int(body.get("n", 1)) if not text_mode else 1
         seed = body.get("seed")
         choices = []

@@ -75,11 +75,25 @@ class Launcher:
         self.say = say
         self.restarts = []
 
+    def pytest_configure(self, config):
+        self.config = config
+
+    def _say(self, text: str) -> None:
+        """Through pytest's terminal (not captured by a test), else as the run speaks."""
+        config = getattr(self, "config", None)
+        tr = config.pluginmanager.get_plugin("terminalreporter") if config else None
+        capture = config.pluginmanager.get_plugin("capturemanager") if config else None
+        if tr is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                tr.write_line(text)
+        else:
+            self.say(text)
+
     def server_for(self, url: str):
         return self.servers.get(url)
 
     def restart(self, server: Server, death) -> None:
-        self.say(f"[kit] the {server.name} server died at a request of {death.test or 'a test'}"
+        self._say(f"[kit] the {server.name} server died at a request of {death.test or 'a test'}"
                  f" ({death.signature}); restarting it on port {server.port} (log "
                  f"{server.log_path}); the run goes on with the next test")
         server.restart()

@@ -28,6 +28,10 @@ def main(argv) -> int:
         print("usage: gguf_convert.py LLAMA_CPP_SOURCE MODEL_DIR OUTFILE", file=sys.stderr)
         return 2
     source, model_dir, outfile = (Path(a) for a in argv)
+    # run as a script, this folder is sys.path[0], and its engine modules (transformers.py,
+    # vllm.py) would shadow the libraries of those names
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, str(source / "gguf-py"))
     sys.path.insert(0, str(source))
     import gguf

@@ -1,0 +1,146 @@
+"""The launcher (python -m properties.serve run) against the project's own fake engine: it
+starts and stops servers, reports a server that dies at a request as a finding (the exact
+body and a curl line), restarts it and goes on, counts a second death of the same kind as the
+same finding, and reaches its verdict with known failures and the evidence of speculation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from properties.serve import deaths, run
+from properties.serve.client import Client, Request
+from properties.serve.deaths import ServerDied, Watchdog, signature
+from properties.serve.engines import fake
+from properties.serve.server import LaunchError, Server
+
+
+def fake_server(tmp_path, behaviour_method="die-on-top-k", **kw):
+    method = fake.METHODS[behaviour_method]
+    return Server("fake", lambda port: fake.command(None, tmp_path, method, port), tmp_path, **kw)
+
+
+def test_a_server_that_dies_is_reported_at_its_request(tmp_path):
+    with fake_server(tmp_path) as server:
+        client = Client(server.url, api="openai", model="kit-target", timeout=10)
+        client.watchdog = Watchdog(f"http://127.0.0.1:{server.port}/health", server=server,
+                                   registry=deaths.Registry(), grace=2)
+        assert client.complete(Request((1, 2), 2, temperature=1.0, seed=1))  # alive
+        killing = Request((1, 2), 2, temperature=1.0, top_k=3, seed=1)
+        with pytest.raises(ServerDied) as died:
+            client.complete(killing)
+        text = str(died.value)
+        assert "the server died at this request" in text and "curl -sS" in text
+        assert '"top_k": 3' in text and "FakeEngineError" in died.value.cause
+        # a dead server: later requests of the same test are "not run", not new findings
+        with pytest.raises(ServerDied, match="not run: the server died"):
+            client.complete(Request((1,), 1))
+        assert len(client.watchdog.registry.deaths) == 1
+        server.restart()
+        client.watchdog.dead = False
+        assert client.complete(Request((1, 2), 2))         # restarted on the same URL
+        with pytest.raises(ServerDied) as again:
+            client.complete(killing)
+        assert again.value.death.same_as == 0              # the same finding
+        assert "same way of dying as finding 1" in str(again.value)
+
+
+def test_a_live_server_that_fails_is_an_ordinary_failure(tmp_path):
+    with fake_server(tmp_path, "perfect-draft") as server:
+        dog = Watchdog(f"http://127.0.0.1:{server.port}/health", server=server,
+                       registry=deaths.Registry(), grace=0.5)
+        dog.examine(server.url + "/completions", {"x": 1}, RuntimeError("HTTP 500"))  # returns
+        assert not dog.dead and not dog.registry.deaths
+
+
+def test_a_server_that_does_not_start_quotes_its_log(tmp_path):
+    def command(port):
+        from properties.serve.server import Command
+        return Command(["python3", "-c", "import sys; print('cannot load model xyz'); "
+                                         "sys.exit(7)"])
+    with pytest.raises(LaunchError, match=r"(?s)exited with code 7.*cannot load model xyz"):
+        Server("broken", command, tmp_path, start_timeout=30).start()
+
+
+def test_a_port_in_use_is_named(tmp_path):
+    with fake_server(tmp_path, "perfect-draft") as server:
+        with pytest.raises(LaunchError, match=rf"port {server.port} is in use"):
+            fake_server(tmp_path, "perfect-draft", port=server.port).start()
+
+
+def test_signature_is_the_first_exception_without_numbers():
+    log = ("WARNING x: can cause `OSError: [Errno 24] Too many open files`\n"
+           "ERROR [w.py:10] RuntimeError: index -178199712 is out of bounds for dim 1\n"
+           "ERROR [core.py:3] EngineDeadError: EngineCore encountered an issue\n")
+    assert signature(log) == "RuntimeError: index -N is out of bounds for dim N"
+    assert signature("terminate called after throwing\n") == "terminate called after throwing"
+
+
+def kit_run(tmp_path, method, families):
+    """`python -m properties.serve run fake METHOD` in a process of its own, as a user runs it."""
+    done = subprocess.run([sys.executable, "-m", "properties.serve", "run", "fake", method,
+                           "--run-dir", str(tmp_path), "--no-speed", "--families", families],
+                          capture_output=True, text=True, timeout=600, cwd=run.ROOT)
+    return done, json.loads((tmp_path / "result.json").read_text())
+
+
+def test_the_run_finds_the_death_restarts_and_goes_on(tmp_path):
+    done, record = kit_run(tmp_path, "die-on-top-k", "served_bounds")
+    out = done.stdout.splitlines()
+    assert record["verdict"] == "NOT CONFORMANT" and done.returncode == 1, done.stdout[-3000:]
+    findings = [d for d in record["deaths"] if d["same_as"] is None]
+    assert len(findings) == 1 and "top_k" in findings[0]["curl"]
+    assert record["restarts"], "the server was not restarted after it died"
+    bounds = record["summary"]["served_bounds"]
+    assert bounds["passed"] >= 1        # tests after the death ran on the restarted server
+    assert any("restarting it" in line for line in out)
+    assert any("replay: curl" in line for line in out)
+    assert "verdict for fake self / die-on-top-k: NOT CONFORMANT" in done.stdout
+
+
+def test_the_run_of_a_correct_fake_is_conformant(tmp_path):
+    done, record = kit_run(tmp_path, "perfect-draft", "served_bounds,served_perfect_draft")
+    assert (record["verdict"], done.returncode) == ("CONFORMANT", 0), done.stdout[-3000:]
+    assert record["speculation"]["drafted"] > 0
+
+
+def _summary(failures):
+    entry = {"failures": list(failures), "causes": dict(failures), "passed": 1, "failed":
+             len(failures), "not_applicable": 0, "xfailed": 0, "reasons": []}
+    return {"families": {"served_sequence": entry},
+            "verdict": "NOT CONFORMANT" if failures else "CONFORMANT",
+            "verdict_text": "NOT CONFORMANT" if failures else "CONFORMANT"}
+
+
+def test_known_failures_never_make_a_run_conformant(tmp_path):
+    known_file = tmp_path / "known.txt"
+    known_file.write_text("# version | method | test | cause | script\n"
+                          "1.0 | m | properties/t.py::test_a | died.*top_k | findings/x.py\n"
+                          "2.0 | m | properties/t.py::test_b | . | findings/y.py\n")
+    known = run.read_known(known_file, "1.0", "m")
+    assert [k.test for k in known] == ["properties/t.py::test_a"]
+    spec = {"drafted": 10}
+    only_known = _summary({"properties/t.py::test_a[x]": "the server died (top_k)"})
+    outcome = run.judge(only_known, known, True, [], spec)
+    assert outcome.verdict == "NOT CONFORMANT" and "all failures known" in outcome.text
+    assert outcome.exit == 0
+    assert run.judge(only_known, known, False, [], spec).exit == 1
+    other_cause = _summary({"properties/t.py::test_a": "a law mismatch"})
+    assert run.judge(other_cause, known, True, [], spec).exit == 1   # a new failure
+    assert run.judge(_summary({}), known, True, [], {"drafted": 0}).verdict == "NOT SHOWN"
+    assert run.judge(_summary({}), known, True, [], spec).verdict == "CONFORMANT"
+    with pytest.raises(ValueError, match="expected 'VERSION"):
+        bad = tmp_path / "bad.txt"
+        bad.write_text("1.0 | m\n")
+        run.read_known(bad, "1.0", "m")
+
+
+def test_missing_engine_and_unknown_method_are_clear():
+    said = []
+    assert run.run("sglang", "ngram", say=said.append).exit == 3
+    assert "GPU" in said[-1]
+    assert run.run("fake", "nope", say=said.append).exit == 3
+    assert "perfect-draft" in said[-1]
