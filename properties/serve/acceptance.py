@@ -44,17 +44,21 @@ def _draft_greedy(draft: str, seq: tuple, k: int) -> tuple:
     return tuple(out)
 
 
-def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full") -> Expected:
-    """Exact counters of one greedy request with draft model `draft` ("perfect" = target)."""
+def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
+           produced: int | None = None) -> Expected:
+    """Exact counters of one greedy request with draft model `draft` ("perfect" = target).
+    `produced`: the request ended after this many tokens (an end-of-sequence id) before
+    max_tokens; its rounds are those of a request for max_tokens, up to that end."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
     if max_tokens < 1:
         return Expected(0, 0, 0)
     name = "target" if draft == "perfect" else draft
     target = oracle.greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
+    end = max_tokens if produced is None else min(produced, max_tokens)
     committed = 1
     drafts = drafted = accepted = 0
-    while committed < max_tokens:
+    while committed < end:
         n = k if schedule == "full" else min(k, max_tokens - committed - 1)
         if n <= 0:
             break

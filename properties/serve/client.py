@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from properties.serve import dialects, tokenizer
@@ -75,6 +75,9 @@ class Completion:
     # the engine's own draft statistics for this completion, where its response carries them
     drafted: int | None = None
     accepted: int | None = None
+    # lengths of the requests a completion was assembled from, when it took several (llama.cpp
+    # continued past its end-of-sequence id); empty for one request
+    pieces: tuple = ()
 
 
 @dataclass
@@ -304,12 +307,41 @@ class Client:
             raise
 
     def _complete(self, req: Request) -> list[Completion]:
-        out = self.read_answer(self._post(self._body(req)), req)
+        if self.api == "llamacpp":
+            out = [self._complete_llamacpp(req)]
+        else:
+            out = self.read_answer(self._post(self._body(req)), req)
         with self.traffic.lock:
             self.traffic.requests += 1
             self.traffic.drafted += sum(c.drafted or 0 for c in out)
             self.traffic.accepted += sum(c.accepted or 0 for c in out)
         return out
+
+    def _complete_llamacpp(self, req: Request) -> Completion:
+        """One completion from llama-server, continued past its end-of-sequence id.
+
+        llama.cpp gives a BPE vocabulary without an end-of-sequence token the default id 11,
+        which is one of the kit's ordinary tokens; `ignore_eos` would forbid it outright.
+        So the request leaves it on, and a completion that stopped there (stop_type "eos")
+        is continued by a new request whose prompt is the prompt and the tokens so far: by
+        the chain rule the continuation is drawn from the right conditional law, and a greedy
+        one is the same argmax sequence. Seeds of continuations derive from the request's."""
+        tokens, drafted, accepted, part, pieces = (), 0, 0, req, ()
+        while True:
+            (got,) = self.read_answer(self._post(self._body(part)), part)
+            tokens += got.tokens
+            pieces += (len(got.tokens),)
+            drafted += got.drafted or 0
+            accepted += got.accepted or 0
+            stopped_by_request = bool(tokens) and tokens[-1] in req.stop_ids
+            if (got.finish_reason != "eos" or len(tokens) >= req.max_tokens
+                    or stopped_by_request or not got.tokens):
+                reason = "stop" if got.finish_reason == "eos" else got.finish_reason
+                return Completion(tokens, reason, drafted, accepted,
+                                  pieces if len(pieces) > 1 else ())
+            seed = None if req.seed is None else (req.seed * 1_000_003 + len(tokens)) % 2**31
+            part = replace(req, prompt=tuple(req.prompt) + tokens,
+                           max_tokens=req.max_tokens - len(tokens), seed=seed)
 
     def read_answer(self, answer, req: Request) -> list[Completion]:
         """The completions of one response body (parsed JSON) to request `req`, read by this
@@ -343,7 +375,7 @@ class Client:
             # version; the kit's convention keeps it
             if len(stop) == 1 and not (tokens and tokens[-1] == stop[0]):
                 tokens = tokens + tuple(stop)
-        reason = {"word": "stop", "limit": "length", "eos": "stop"}.get(stop_type, stop_type)
+        reason = {"word": "stop", "limit": "length"}.get(stop_type, stop_type)
         timings = choice.get("timings") or {}
         drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
         if drafted is None and isinstance(timings, dict) and "predicted_n" in timings:

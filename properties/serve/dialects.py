@@ -56,12 +56,16 @@ LLAMACPP = Dialect(
     neutral={"min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "repeat_last_n": 0,
              "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
              "xtc_probability": 0.0, "top_n_sigma": -1.0, "mirostat": 0,
-             "dynatemp_range": 0.0, "ignore_eos": True, "cache_prompt": False,
+             "dynatemp_range": 0.0, "ignore_eos": False, "cache_prompt": False,
              "return_tokens": True, "n_probs": 0,
              "samplers": ["temperature", "top_k", "top_p"]},
     stop_in_ids=None, stop_in_text=False, honours_n=False, counters="timings",
     notes=("stops are strings (one character per kit token); the stop word is cut from the text",
-           "draft statistics per response: timings.draft_n, timings.draft_n_accepted"))
+           "draft statistics per response: timings.draft_n, timings.draft_n_accepted",
+           "a BPE vocabulary without an end-of-sequence token gets llama.cpp's default, id 11, "
+           "and ignore_eos would forbid that token (a -inf bias): the kit leaves ignore_eos "
+           "off and continues a completion that stopped at id 11 by a new request from the "
+           "prefix (the chain rule keeps the law and the greedy output exact)"))
 
 TRANSFORMERS = Dialect("transformers", "transformers", honours_n=False,
                        notes=("text only; stop ids as generation_config eos_token_id",))

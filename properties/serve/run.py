@@ -50,13 +50,14 @@ class Known:
 def read_known(path, version: str, method: str) -> list[Known]:
     """The entries of a known-failures file for this engine version and method.
 
-    Each entry is one line: VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT ('#' comments)."""
+    Each entry is one line: VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT, the fields
+    separated by " | " ('#' starts a comment line)."""
     entries = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        text = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        text = "" if line.lstrip().startswith("#") else line.strip()
         if not text:
             continue
-        parts = [p.strip() for p in text.split("|")]
+        parts = [p.strip() for p in text.split(" | ")]   # a regex may hold "|" itself
         if len(parts) != 5:
             raise ValueError(f"{path}:{number}: expected 'VERSION | METHOD | TEST | CAUSE REGEX "
                              f"| SCRIPT', got {line!r}")
