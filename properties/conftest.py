@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import time
 import warnings
 from pathlib import Path
@@ -411,6 +412,7 @@ def summary(config, exitstatus=None) -> dict:
         "families_selected": list(config._kit_families or families.FAMILIES),
         "families": entries,
         "shared_causes": _shared_causes(entries),
+        "headlines": _headlines(entries),
         "statistical_checks": checks,
         "engine_calls": config._kit_calls,
         "alpha_per_check": statistics.ALPHA,
@@ -423,16 +425,41 @@ def summary(config, exitstatus=None) -> dict:
     }
 
 
+def _cause_key(cause: str) -> str:
+    """What makes two causes one: their text with the numbers, token lists and parenthesized
+    details left out (the same bug raises with other values in other examples)."""
+    text = re.sub(r"\(.*?\)|\[.*?\]", "", cause)
+    text = re.sub(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
+    return " ".join(text.split())
+
+
 def _shared_causes(entries) -> list:
-    """Failures in several families with the same first line of cause: one bug, not several."""
-    by_cause: dict[str, set] = {}
+    """Failures in several families with one cause (the same first line of cause, numbers and
+    details aside; checks name the causes they can single out alike, e.g. harness.TOO_LONG):
+    one bug, one headline, not several. The headline shown is the first failure's cause."""
+    by_cause: dict[str, tuple[str, set, int]] = {}
     for family, entry in entries.items():
         for cause in entry["causes"].values():
             if cause:
-                by_cause.setdefault(cause, set()).add(family)
-    return [{"cause": cause, "families": sorted(fams)}
-            for cause, fams in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))
+                shown, fams, count = by_cause.get(_cause_key(cause), (cause, set(), 0))
+                by_cause[_cause_key(cause)] = (shown, fams | {family}, count + 1)
+    return [{"cause": shown, "families": sorted(fams), "tests": count}
+            for shown, fams, count in sorted(by_cause.values(), key=lambda v: (-len(v[1]), -v[2]))
             if len(fams) > 1]
+
+
+def _headlines(entries) -> list[str]:
+    """Findings that need a sentence of their own, beyond each family's line. An engine whose
+    own sampler differs from the convention while its speculation is exact relative to that
+    sampler is not a speculation failure: say which it is (never a plain verdict)."""
+    sampler, sequence = entries.get("sampler", {}), entries.get("sequence", {})
+    if sampler.get("failed"):
+        if sequence.get("passed") and not sequence.get("failed"):
+            return ["speculation exact relative to the engine's own sampler (target_generate); "
+                    "sampler differs from the convention (family sampler says which outcomes)"]
+        return ["the engine's own sampler differs from the convention, and its speculation "
+                "fails too (see the sequence family)"]
+    return []
 
 
 def _verdict_text(verdict, impl, complete, unreported, exitstatus) -> str:
@@ -491,8 +518,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if unexposed:
         tr.write_line(f"not applicable (their level is not exposed): {', '.join(unexposed)}")
     for shared in data["shared_causes"]:
-        tr.write_line(f"one cause, {len(shared['families'])} families "
-                      f"({', '.join(shared['families'])}): {shared['cause']}", red=True)
+        tr.write_line(f"one cause, {shared.get('tests', 0)} failing tests in "
+                      f"{len(shared['families'])} families ({', '.join(shared['families'])}): "
+                      f"{shared['cause']}", red=True)
+    for line in data["headlines"]:
+        tr.write_line(line, red=True, bold=True)
     ran = {f for f, e in data["families"].items() if e["passed"] or e["failed"]}
     guarantees = [(f, families.get(f).power) for f in families.FAMILIES
                   if f in ran and families.get(f).power]

@@ -47,13 +47,18 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "with draft = target every proposal is accepted"),
     Family("bounds", "engine",
            "max_new_tokens, stop ids and the stats"),
+    Family("sampler", "engine",
+           "the engine's own sampler (target_generate, when exposed) follows the convention",
+           f"TV >= {statistics.DELTA_SEQUENCE} (table) / {statistics.DELTA_SEQUENCE_QWEN3} "
+           f"(qwen3) in the law of its outputs"),
     Family("batched", "batched",
            "every row of a ragged batch is exact, greedy and sampled",
            f"TV >= {statistics.DELTA_BATCHED} in each prompt's sampled rows, "
            f"{statistics.DELTA_BATCHED_JOINT} in the law of a pair of rows (independence)"),
     Family("tree", "tree",
            "tree verification: greedy == target greedy, sampled law exact, caches, bounds",
-           f"TV >= {statistics.DELTA_TREE} in the joint law of the sampled outputs"),
+           f"TV >= {statistics.DELTA_TREE} in the joint law of the sampled outputs "
+           f"({statistics.DELTA_TREE_THOROUGH} in the thorough profile)"),
     # served engines (--impl=openai:URL, properties/serve): one family per property
     Family("served_greedy", "served",
            "a served engine's greedy output is the target's, and the unspeculated server's"),

@@ -76,15 +76,29 @@ def reproduction(impl: Impl, check: str, case) -> str:
     return "\n".join(lines)
 
 
-def fail(impl: Impl, prop: str, check: str, case, message: str):
-    """Raise a PropertyFailure for property `prop` (e.g. "greedy: equivalence")."""
+# Causes named alike in every family, so that the summary groups one bug under one headline.
+TOO_LONG = "the engine returns more tokens than max_new_tokens"
+
+
+def too_long(outputs, max_new_tokens: int) -> str | None:
+    """TOO_LONG, with the first offending output, when any output exceeds max_new_tokens."""
+    for out in outputs:
+        if len(out) > max_new_tokens:
+            return f"{TOO_LONG} ({len(out)} for max_new_tokens={max_new_tokens}: {list(out)})"
+    return None
+
+
+def fail(impl: Impl, prop: str, check: str, case, message: str, cause: str | None = None):
+    """Raise a PropertyFailure for property `prop` (e.g. "greedy: equivalence"). `cause`: the
+    headline to group it under (default: the message's first line); give one only when the
+    evidence singles it out (e.g. TOO_LONG, seen in the output itself)."""
     global _hang_text
     __tracebackhide__ = True
     kind = PropertyHang if _hang_text and _hang_text in message else PropertyFailure
     _hang_text = ""
     error = kind(f"{prop}: violated by --impl={impl.spec}\n{message.rstrip()}\n\ninputs: "
                  f"{case!r}\n{reproduction(impl, check, case)}")
-    error.cause = message.strip().splitlines()[0] if message.strip() else prop
+    error.cause = cause or (message.strip().splitlines()[0] if message.strip() else prop)
     raise error
 
 

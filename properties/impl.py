@@ -72,6 +72,12 @@ LEVELS: dict[str, tuple[Signature, ...]] = {
 }
 
 
+# Optional: the engine's own sampler without speculation (issue 15), for engines whose sampler
+# may define temperature / top-k / top-p differently from the convention (reference.sampling).
+OWN_SAMPLER = Signature("target_generate", ("target", "prompt_ids", "max_new_tokens"),
+                        ("temperature", "stop_ids", "generator"), ("top_k", "top_p"))
+
+
 class Impl:
     """The implementation under test: its functions by name, grouped in levels."""
 
@@ -98,6 +104,9 @@ class Impl:
 
     def has(self, level: str) -> bool:
         return level in self.levels
+
+    def has_function(self, name: str) -> bool:
+        return name in self.functions
 
     def accepts(self, function: str, keyword: str) -> bool:
         return keyword in self.keywords.get(function, ())
@@ -342,6 +351,15 @@ def load(spec: str) -> Impl:
     impl.own_greedy = getattr(source, "target_greedy_generate", None)
     if impl.own_greedy is not None:
         impl.functions["target_greedy_generate"] = impl.own_greedy
+    own_sampler = getattr(source, "target_generate", None)
+    if own_sampler is not None:
+        # the engine's own non-speculative sampler: speculation is judged against its law,
+        # and its law against the convention (family "sampler")
+        if not callable(own_sampler):
+            raise ImplError(f"--impl={spec}: target_generate is not callable "
+                            f"({type(own_sampler).__name__})")
+        impl.keywords["target_generate"] = _check_signature(spec, own_sampler, OWN_SAMPLER)
+        impl.functions["target_generate"] = own_sampler
     impl.levels = tuple(levels)
     impl.missing = missing
     return impl

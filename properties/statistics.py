@@ -44,7 +44,8 @@ DELTA_SEQUENCE = 0.12    # joint law of the first L tokens, per engine example (
 DELTA_SEQUENCE_QWEN3 = 0.15  # the same on qwen3 models, whose forwards cost more
 DELTA_BATCHED = 0.1      # law of the first L tokens of each batched prompt's rows
 DELTA_BATCHED_JOINT = 0.1  # law of a pair of rows (of one prompt, or of two) vs the product
-DELTA_TREE = 0.15        # joint law of the first L tokens of sampled tree_generate (qwen3)
+DELTA_TREE = 0.05        # joint law of the first L tokens of sampled tree_generate (qwen3)
+DELTA_TREE_THOROUGH = 0.02  # the same in the thorough profile (6.25x the samples)
 
 # Checks performed in this process (the conformance summary adds them up across workers).
 checks_run = 0
@@ -272,3 +273,65 @@ def chi_square_statistics(count_matrix: np.ndarray, probs: np.ndarray,
     obs = np.stack([counts[:, g].sum(1) for g in groups], axis=1)
     exp = np.array([n * np.asarray(probs)[g].sum() for g in groups])
     return ((obs - exp) ** 2 / exp).sum(1), len(groups) - 1
+
+
+# --------------------------------------------------------------------------- two samples
+
+def two_sample_plan(probs, delta: float, alpha: float = ALPHA, power: float = POWER,
+                    min_expected: float = MIN_EXPECTED) -> Plan:
+    """n per sample for the chi-square test of homogeneity of two samples of n each (the
+    engine's speculative outputs against its own sampler's), detecting TV >= delta between
+    their laws with `power`.
+
+    With laws P, Q and m = (P + Q) / 2, the statistic's noncentrality is
+    lambda = n sum (p - q)^2 / (p + q), and Cauchy-Schwarz gives
+    (sum |p - q|)^2 <= sum (p - q)^2 / (p + q) * sum (p + q) = 2 sum (p - q)^2 / (p + q),
+    so lambda >= 2 n delta^2: half the one-sample bound, twice the samples per side. `probs`
+    (the convention's law, the best guess of both laws before sampling) sets the pooling and
+    so df; the test pools by the observed combined counts.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    n = math.ceil(required_noncentrality(1, alpha, power) / (2 * delta * delta))
+    for _ in range(100):
+        df = pooled_df(p, 2 * n, None, 2 * min_expected)
+        need = math.ceil(required_noncentrality(df, alpha, power) / (2 * delta * delta))
+        if need <= n:
+            break
+        n = need
+    df = pooled_df(p, 2 * n, None, 2 * min_expected)
+    return Plan(n=n, df=df, delta=delta, alpha=alpha, power=float(
+        stats.ncx2.sf(critical_value(df, alpha), df, 2 * n * delta * delta)))
+
+
+def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
+                          alpha: float = ALPHA, min_expected: float = MIN_EXPECTED) -> GofResult:
+    """Pearson's test of homogeneity: are the counts `a` and `b` (outcome -> count) draws from
+    one law? Outcomes whose combined count is below 2 * min_expected (an expectation below
+    min_expected per sample, for equal sizes) are pooled, smallest first; the combined counts
+    are the null's sufficient statistic, so pooling by them keeps the test's level."""
+    global checks_run
+    checks_run += 1
+    outcomes = sorted(set(a) | set(b), key=lambda o: -(a.get(o, 0) + b.get(o, 0)))
+    na, nb = sum(a.values()), sum(b.values())
+    if na == 0 or nb == 0:
+        raise ValueError(f"both samples need observations, got {na} and {nb}")
+    combined = np.array([a.get(o, 0) + b.get(o, 0) for o in outcomes], dtype=np.float64)
+    groups = pool_cells(combined, None, 2 * min_expected)
+    table = np.array([[sum(a.get(outcomes[i], 0) for i in g) for g in groups],
+                      [sum(b.get(outcomes[i], 0) for i in g) for g in groups]], dtype=np.float64)
+    df = len(groups) - 1
+    if df >= 1:
+        statistic, p_value, _, expected = stats.chi2_contingency(table, correction=False)
+        statistic, p_value = float(statistic), float(p_value)
+    else:
+        statistic, p_value, expected = 0.0, 1.0, table
+    worst = []
+    for gi in np.argsort(-np.abs(table[0] - expected[0]))[:4]:
+        names = [outcomes[i] for i in groups[gi]]
+        label = names[0] if len(names) == 1 else f"{len(names)} pooled outcomes incl. {names[0]!r}"
+        worst.append((label, int(table[0, gi]), float(expected[0, gi])))
+    n = min(na, nb)
+    return GofResult(passed=p_value >= alpha, n=n, statistic=statistic, df=max(df, 0),
+                     p_value=p_value, alpha=alpha, worst=worst,
+                     detectable=min(1.0, math.sqrt(required_noncentrality(max(df, 1), alpha)
+                                                   / (2 * n))))

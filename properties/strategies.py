@@ -25,7 +25,7 @@ from properties.models import DraftSpec, Qwen3Spec, TableSpec, draft_variants
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
            "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
            "sampling_cases", "batch_cases", "tree_cases",
-           "tree_sampling_cases"]
+           "deep_tree_cases", "tree_sampling_cases"]
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -174,6 +174,23 @@ def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
                     tree=draw(st.sampled_from(shapes)),
                     stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1))),
                     seed=draw(seeds()))
+
+
+# Depth >= 4 with branching at the top, where a mask or position bug has siblings, uncles and
+# cousins to leak from.
+DEEP_SHAPES = ((2, 2, 1, 1), (2, 2, 2, 1), (3, 2, 1, 1), (2, 2, 2, 2), (2, 1, 2, 1, 1))
+
+
+@st.composite
+def deep_tree_cases(draw, vocab=(4, 12), max_new=(10, 24), shapes=DEEP_SHAPES) -> TreeCase:
+    """Greedy runs of deep, branching trees with drafts close to the target (noisy: the target's
+    weights plus small noise; perfect), so that whole paths down to the deepest level are
+    accepted and the target's logits at deep nodes decide the output (how often each depth is
+    reached: tests/test_kit_tree.py, CONFORMANCE.md)."""
+    target = draw(qwen3_specs(vocab=vocab))
+    return TreeCase(target=target, draft=draw(draft_specs(target, ("noisy", "perfect"))),
+                    prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
+                    tree=draw(st.sampled_from(shapes)), seed=draw(seeds()))
 
 
 @st.composite

@@ -20,15 +20,15 @@ examples add deeper trees (up to (2, 2)) and other temperatures, drafts and prom
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from properties import oracle, profiles
 from properties.cases import TreeCase
 from properties.checks.tree import (check_tree_bounds, check_tree_cache, check_tree_greedy,
-                                    check_tree_sampling)
+                                    check_tree_sampling, greedy_depths)
 from properties.models import DraftSpec, Qwen3Spec
-from properties.strategies import tree_cases, tree_sampling_cases
+from properties.strategies import deep_tree_cases, tree_cases, tree_sampling_cases
 
 pytestmark = pytest.mark.family("tree")
 
@@ -41,6 +41,19 @@ S_SIBLINGS = TreeCase(Qwen3Spec(4, seed=7), DraftSpec("random", 0), (2,), 1, tre
 # a leaf, drawn from the target at that leaf (a bonus drawn one node too high moves TV 0.97).
 S_PATHS = TreeCase(Qwen3Spec(3, seed=18), DraftSpec("noisy", 0), (1,), 2, tree=(2,),
                    temperature=0.7, seed=12)
+# One uniform reused for every sibling's accept test (OneUniformForSiblings): at this root the
+# committed token's law moves by TV 0.054 (exact, by enumerating the children: the largest of
+# 1,440 root nodes searched), caught with power 0.9999998 at the planned n = 5,742 (it was 0.04
+# at the former sizing for TV 0.15). A draft close to the target, so that a first sibling is
+# often rejected with u just above its ratio and the second tested with that same u.
+S_SHARED_U = TreeCase(Qwen3Spec(4, seed=35), DraftSpec("noisy", 0), (2,), 1, tree=(2,),
+                      temperature=1.6, seed=15)
+# Three siblings under the root, each with its own two children: the depth-1 nodes hold
+# different tokens, so their draft distributions differ, and testing a node's children with
+# the q of the first node of its level (QFromFirstNodeOfLevel) moves the law of the first two
+# tokens by TV 0.235 (exact). Siblings whose residuals interact at both levels.
+S_LEVEL_Q = TreeCase(Qwen3Spec(3, seed=72), DraftSpec("random", 2), (2,), 2, tree=(3, 2),
+                     temperature=1.0, seed=16)
 # top-k and top-p both cut the support (7 of 16 outputs possible).
 S_FILTERS = TreeCase(Qwen3Spec(4, seed=4), DraftSpec("random", 3), (1,), 2, tree=(3,),
                      temperature=1.3, seed=13, top_k=3, top_p=0.8)
@@ -55,6 +68,26 @@ C_SAMPLED = TreeCase(Qwen3Spec(6, seed=4), DraftSpec("random", 2), (1, 2), 10, t
 @profiles.deterministic(0.6)
 @given(case=tree_cases(vocab=(4, 24)))
 def test_tree_equals_chain_equals_greedy(impl, case):
+    check_tree_greedy(impl, case)
+
+
+# Deep paths where a mask that lets a node see its uncles (MaskSeesUncles) changes the greedy
+# output; generated deep cases change it in only ~5% of cases (the kit's tiny models' argmax is
+# robust to one extra attended key), so these run in every profile.
+D_UNCLES = TreeCase(Qwen3Spec(12, seed=9), DraftSpec("perfect"), (1, 2), 16, tree=(2, 2, 1, 1))
+D_UNCLES_NOISY = TreeCase(Qwen3Spec(12, seed=7), DraftSpec("noisy", 0), (1,), 24,
+                          tree=(3, 2, 1, 1))
+
+
+@pytest.mark.needs(kind="qwen3", greedy=True)
+@profiles.deterministic(1.0)
+@given(case=deep_tree_cases())
+@example(case=D_UNCLES)
+@example(case=D_UNCLES_NOISY)
+def test_deep_trees_close_draft(impl, case):
+    """Trees of depth >= 4 with branching, drafts close to the target: deep paths are accepted,
+    so a node that sees more than its ancestors (siblings, uncles) changes the output."""
+    event(f"deepest accepted level: {max(greedy_depths(case), default=0)}")
     check_tree_greedy(impl, case)
 
 
@@ -101,6 +134,8 @@ def test_tree_sampled_cache_in_place(impl, case):
 @given(case=tree_sampling_cases(length=(2, 2)))
 @example(case=S_SIBLINGS)
 @example(case=S_PATHS)
+@example(case=S_SHARED_U)
+@example(case=S_LEVEL_Q)
 def test_tree_sampling_exact(impl, case):
     check_tree_sampling(impl, case)
 

@@ -74,3 +74,81 @@ def test_independent_rows_pass(tmp_path):
     proc, data = run_kit("fast", ["properties/test_batched.py"], tmp_path)
     assert data["families"]["batched"]["failed"] == 0, proc.stdout[-3000:]
     assert data["families"]["batched"]["passed"] > 0
+
+
+# ----------------------------------------------------------------- class 6: the engine's own sampler
+
+SEQ = ["properties/test_sequence.py", "properties/test_sampler.py"]
+
+
+@pytest.mark.slow
+def test_own_sampler_differing_from_the_convention_is_named_as_such(tmp_path):
+    """Top-p before temperature, with target_generate: speculation exact relative to it (the
+    sequence family passes), the sampler's difference reported by family sampler, and the
+    headline says which is which; never a plain CONFORMANT."""
+    proc, data = run_kit("tests/mutants/conventions.py:TopPFirstWithHook", SEQ, tmp_path)
+    assert data["families"]["sequence"]["failed"] == 0, proc.stdout[-3000:]
+    assert data["families"]["sequence"]["passed"] > 0
+    assert data["families"]["sampler"]["failed"] > 0, proc.stdout[-3000:]
+    assert data["verdict"] != "CONFORMANT"
+    assert any("speculation exact relative to the engine's own sampler" in h
+               for h in data["headlines"]), data["headlines"]
+    assert "differs from the convention" in proc.stdout
+
+
+@pytest.mark.slow
+def test_without_the_hook_the_mismatch_may_be_either(tmp_path):
+    proc, data = run_kit("tests/mutants/conventions.py:TopPFirstNoHook", SEQ, tmp_path, "-x")
+    assert data["families"]["sequence"]["failed"] > 0
+    assert "this can be the speculation or the engine's own sampler" in proc.stdout
+    assert "not applicable" in " ".join(data["families"]["sampler"]["reasons"])
+
+
+@pytest.mark.slow
+def test_speculation_bug_is_caught_against_the_own_sampler(tmp_path):
+    proc, data = run_kit("tests/mutants/conventions.py:BrokenSpeculationWithHook",
+                         ["properties/test_sequence.py"], tmp_path, "-x")
+    assert data["families"]["sequence"]["failed"] > 0, proc.stdout[-3000:]
+    assert "not distributed as the engine's own sampler's" in proc.stdout
+
+
+@pytest.mark.slow
+def test_conventional_own_sampler_is_conformant(tmp_path):
+    proc, data = run_kit("tests/mutants/conventions.py:ConventionalWithHook", SEQ, tmp_path)
+    assert data["verdict"] == "CONFORMANT", proc.stdout[-3000:]
+    assert data["families"]["sampler"]["passed"] > 0 and not data["headlines"]
+
+
+# ----------------------------------------------------------------- class 7: one cause, one headline
+
+def test_causes_with_other_numbers_are_one_cause():
+    from properties.conftest import _shared_causes
+    entries = {"greedy": {"causes": {"a": "the engine raised IndexError: index 3 is out of range"}},
+               "bounds": {"causes": {"b": "the engine raised IndexError: index 12 is out of range"}},
+               "cache": {"causes": {"c": "something else"}}}
+    shared = _shared_causes(entries)
+    assert len(shared) == 1 and shared[0]["families"] == ["bounds", "greedy"]
+
+
+@pytest.mark.slow
+def test_too_many_tokens_is_one_headline_across_families(tmp_path):
+    """WholeBlockOvershoot returns more than max_new_tokens: every family that sees it names that
+    one cause, grouped once; no family guesses another cause (a tiny temperature, say)."""
+    paths = [f"properties/test_{f}.py" for f in ("greedy", "bounds", "perfect_draft", "sequence")]
+    proc, data = run_kit("tests/mutants/catalogue.py:WholeBlockOvershoot", paths, tmp_path)
+    failing = {f for f, e in data["families"].items() if e["failed"]}
+    assert len(failing) >= 3, failing
+    shared = data["shared_causes"]
+    assert shared and shared[0]["cause"].startswith("the engine returns more tokens than "
+                                                    "max_new_tokens"), shared
+    assert set(shared[0]["families"]) == failing, (shared, failing)
+    assert "tiny temperature" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_crash_on_an_edge_case_does_not_hide_a_sampling_bug(tmp_path):
+    proc, data = run_kit("tests/mutants/two_bugs.py:CrashesOnShortOutputs",
+                         ["properties/test_sequence.py"], tmp_path, "-x")
+    assert data["families"]["sequence"]["failed"] > 0
+    assert "not distributed as the target's sampling" in proc.stdout, proc.stdout[-3000:]
+    assert "IndexError" in proc.stdout

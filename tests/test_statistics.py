@@ -178,7 +178,7 @@ DESIGNS = [("rule", statistics.DELTA_RULE), ("rule-thorough", statistics.DELTA_R
            ("sequence", statistics.DELTA_SEQUENCE),
            ("sequence-qwen3", statistics.DELTA_SEQUENCE_QWEN3), ("batched", statistics.DELTA_BATCHED),
            ("batched-joint", statistics.DELTA_BATCHED_JOINT),
-           ("tree", statistics.DELTA_TREE)]
+           ("tree", statistics.DELTA_TREE), ("tree-thorough", statistics.DELTA_TREE_THOROUGH)]
 
 
 @pytest.mark.parametrize("design,delta", DESIGNS)

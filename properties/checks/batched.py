@@ -21,8 +21,8 @@ from collections import Counter
 from properties import oracle
 from properties.cases import BatchCase
 from properties.guards import EngineFault
-from properties.harness import (fail, first_difference, invoke, normalize_tokens,
-                                seed_everything)
+from properties.harness import (TOO_LONG, fail, first_difference, invoke, normalize_tokens,
+                                seed_everything, too_long)
 from properties.models import build_pair
 from properties.statistics import DELTA_BATCHED, DELTA_BATCHED_JOINT, chi_square_gof, plan
 
@@ -77,6 +77,10 @@ def check_batched_greedy(impl, case: BatchCase):
                     k=case.k, temperature=0.0, stop_ids=tuple(case.stop_ids), generator=generator)
     if len(outs) != len(case.prompts):
         fail(impl, prop, CHECK_GREEDY, case, f"{len(outs)} outputs for {len(case.prompts)} prompts")
+    for row, (got, limit) in enumerate(zip(outs, row_limits)):
+        if len(got) > limit:
+            fail(impl, prop, CHECK_GREEDY, case, f"row {row}: {len(got)} tokens for "
+                 f"max_new_tokens={limit}: {got}", cause=TOO_LONG)
     for row, (prompt, got, limit) in enumerate(zip(case.prompts, outs, row_limits)):
         _compare(impl, prop, CHECK_GREEDY, case, got, prompt, limit, case.stop_ids, f"row {row}")
 
@@ -145,11 +149,13 @@ def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED,
     for (what, law, the_plan, _), counts in [(checks[i], observed[i]) for i in order]:
         result = chi_square_gof(counts, law)
         if not result.passed:
+            long = too_long([o for pair in result.impossible for o in
+                             (pair if pair and isinstance(pair[0], tuple) else (pair,))], L)
             fail(impl, prop, CHECK_SAMPLED, case,
                  f"{what} are not distributed as {_expected(what)} (temperature="
                  f"{case.temperature}, {kw or 'no top-k/top-p'}, L={L}):\n"
                  f"{_agreement(counts, law)}{result.summary()}\n(sample plan: "
-                 f"{the_plan.describe()})")
+                 f"{the_plan.describe()})", cause=TOO_LONG if long else None)
 
 
 def _expected(what: str) -> str:

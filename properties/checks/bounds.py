@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from properties.cases import EngineCase
-from properties.harness import fail, run_engine, stat_in_range, stats_value
+from properties.harness import TOO_LONG, fail, run_engine, stat_in_range, stats_value
 from properties.invariants import analyse
 
 KINDS = ("table", "qwen3")
@@ -32,7 +32,7 @@ def check_bounds(impl, case: EngineCase):
     vocab = case.target.vocab
     if len(tokens) > n:
         fail(impl, prop, CHECK, case, f"{len(tokens)} tokens returned, more than "
-                                      f"max_new_tokens={n}: {tokens}")
+                                      f"max_new_tokens={n}: {tokens}", cause=TOO_LONG)
     bad = [t for t in tokens if not 0 <= t < vocab]
     if bad:
         fail(impl, prop, CHECK, case, f"token ids {bad} are outside the vocabulary [0, {vocab})")

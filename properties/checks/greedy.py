@@ -20,8 +20,8 @@ import warnings
 from properties import oracle
 from properties.cases import EngineCase
 from properties.guards import EngineFault
-from properties.harness import (build_pair, fail, first_difference, invoke, normalize_tokens,
-                                run_engine)
+from properties.harness import (TOO_LONG, build_pair, fail, first_difference, invoke,
+                                normalize_tokens, run_engine)
 from properties.invariants import analyse
 from properties.models import Trace, build_target
 
@@ -109,7 +109,8 @@ def _fail_against_target(impl, case, run, got, expected, gaps, i):
                   f"argmax is {expected[i]} (top-two logit gap {gaps[i]:.3g}){_where(run, i)}")
     fail(impl, "greedy: equivalence", CHECK, case,
          f"speculative output != the target's greedy output\n  got:      {got}\n  expected: "
-         f"{expected}\n{detail}")
+         f"{expected}\n{detail}",
+         cause=TOO_LONG if len(got) > case.max_new_tokens else None)
 
 
 def check_stop_offsets(impl, case: EngineCase):
@@ -131,11 +132,22 @@ def check_near_ties(impl, case: EngineCase):
     expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens, case.stop_ids)
     if run.tokens != expected:
         i = first_difference(run.tokens, expected)
+        # The tiny-temperature guess only when the evidence singles it out: the same length,
+        # and the first difference is the runner-up token, the one such sampling would pick.
+        runner_up = (len(run.tokens) == len(expected) and i < len(expected)
+                     and run.tokens[i] == _runner_up(case, run.tokens[:i]))
         fail(impl, "greedy: argmax at near ties", NEAR_TIE, case,
              f"temperature 0 must mean the argmax, however small the margin: at every step the "
              f"target's top-two float64 logits differ by {case.target.tie_gap:g} (well above "
              f"the logits' float32 rounding, so not a tie)\n  got:      {run.tokens}\n  "
              f"expected: {expected}\nfirst difference at output position {i}"
              + (f" (gap {gaps[i]:.3g})" if i < len(gaps) else "")
-             + "\n(an engine that samples at a tiny temperature instead of taking the argmax "
-               "picks the runner-up with probability 1 / (1 + exp(gap / T)))")
+             + ("\n(it took the runner-up there: an engine that samples at a tiny temperature "
+                "instead of taking the argmax picks the runner-up with probability "
+                "1 / (1 + exp(gap / T)))" if runner_up else ""),
+             cause=TOO_LONG if len(run.tokens) > case.max_new_tokens else None)
+
+
+def _runner_up(case, prefix) -> int:
+    logits = build_target(case.target, role="oracle").next_logits(list(case.prompt) + prefix)
+    return int(logits.argsort(descending=True, stable=True)[1])

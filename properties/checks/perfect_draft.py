@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from properties.cases import EngineCase
-from properties.harness import fail, run_engine, stat_in_range, stats_value
+from properties.harness import TOO_LONG, fail, run_engine, stat_in_range, stats_value
 from properties.invariants import analyse
 
 KINDS = ("table", "qwen3")
@@ -31,7 +31,8 @@ def check_perfect_draft(impl, case: EngineCase):
         fail(impl, prop, CHECK, case, run.describe_error())
     n, k = case.max_new_tokens, case.k
     if len(run.tokens) != n:
-        fail(impl, prop, CHECK, case, f"{len(run.tokens)} tokens, expected max_new_tokens={n}")
+        fail(impl, prop, CHECK, case, f"{len(run.tokens)} tokens, expected max_new_tokens={n}",
+             cause=TOO_LONG if len(run.tokens) > n else None)
     rate = stats_value(run.stats, "acceptance_rate")
     rounds = stats_value(run.stats, "rounds")
     if rate is None or rounds is None:

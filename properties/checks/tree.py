@@ -10,7 +10,9 @@ tree[d] is the number of children under every node at depth d. The properties:
 * sampling: with a temperature (and top-k / top-p where named), the joint law of the first L
   tokens equals the target's ancestral sampling: a chi-square test against
   properties.oracle.sequence_law at alpha = ALPHA (2e-6), sized by the power calculation to
-  detect total variation >= DELTA_TREE with power POWER (0.99);
+  detect total variation >= DELTA_TREE (0.05; DELTA_TREE_THOROUGH, 0.02, in the thorough
+  profile) with power POWER (0.99): the sibling and node mix-ups of tests/mutants/tree.py move
+  the law by 0.03-0.06;
 * cache: at every model call, the entries the cache holds below the current round (the
   committed sequence except its newest token) have exactly the keys and values of a fresh
   prefill of the committed sequence: right tokens, right positions, moved from the right path;
@@ -27,14 +29,15 @@ from collections import Counter
 import pytest
 import torch
 
-from properties import oracle
+from properties import oracle, profiles
 from properties.cases import TreeCase
 from properties.guards import EngineFault
 from properties.harness import (fail, first_difference, invoke, law_mismatch, seed_everything,
-                                stat_in_range, stats_value, tokens_and_stats)
+                                stat_in_range, stats_value, tokens_and_stats, TOO_LONG,
+                                too_long)
 from properties.models import (Qwen3KitModel, Trace, TracedKVCache, build_pair,
                                qwen3_draft_module, qwen3_module)
-from properties.statistics import DELTA_TREE, chi_square_gof, plan
+from properties.statistics import DELTA_TREE, DELTA_TREE_THOROUGH, chi_square_gof, plan
 from reference.cache import KVCache
 
 CHECK_GREEDY = "properties.checks.tree:check_tree_greedy"
@@ -91,7 +94,8 @@ def check_tree_greedy(impl, case: TreeCase):
              f"tree_generate(tree={case.tree}) != the target's greedy continuation of "
              f"{list(case.prompt)} (max_new_tokens={case.max_new_tokens}, stop_ids="
              f"{list(case.stop_ids)})\n  got:      {tokens}\n  expected: {expected}\n"
-             f"first difference at output position {first_difference(tokens, expected)}")
+             f"first difference at output position {first_difference(tokens, expected)}",
+             cause=TOO_LONG if len(tokens) > case.max_new_tokens else None)
     if not impl.has("engine"):
         return
     target, draft = build_pair(case.target, case.draft)
@@ -109,11 +113,43 @@ def check_tree_greedy(impl, case: TreeCase):
              f"{len(case.tree)}) gave {chain}")
 
 
+def greedy_depths(case: TreeCase) -> list[int]:
+    """How deep each round of a correct greedy tree run accepts: per round, the number of
+    levels along which the target's greedy token is among the draft's top tree[d] tokens at
+    that node (the children a greedy tree drafts). From float64 fresh prefills of both models,
+    independent of any engine: a statement about the case, used to show that the deep cases
+    reach their deep levels."""
+    target, draft = build_pair(case.target, case.draft)
+    context, out, depths = list(case.prompt), [], []
+    while len(out) < case.max_new_tokens:
+        depth = 0
+        for width in case.tree:
+            best = int(target.next_logits(context).argmax())
+            top = torch.sort(draft.next_logits(context), descending=True, stable=True).indices
+            if best not in top[:width].tolist():
+                break
+            depth += 1
+            context.append(best)
+            out.append(best)
+        context.append(int(target.next_logits(context).argmax()))
+        out.append(context[-1])
+        depths.append(depth)
+        if set(out) & set(case.stop_ids):
+            break
+    return depths
+
+
 # --------------------------------------------------------------------------- sampling
 
-def check_tree_sampling(impl, case: TreeCase, delta: float = DELTA_TREE):
+def tree_delta() -> float:
+    """The deviation the tree family's sampling checks are sized for in the active profile."""
+    return DELTA_TREE_THOROUGH if profiles.current() == "thorough" else DELTA_TREE
+
+
+def check_tree_sampling(impl, case: TreeCase, delta: float | None = None):
     """The first L = max_new_tokens sampled tokens are distributed as the target's sampling."""
     prop = "tree: sampled law of the first L tokens"
+    delta = delta or tree_delta()
     if case.temperature <= 0:
         raise ValueError(f"check_tree_sampling needs a temperature > 0, got {case!r}")
     L = case.max_new_tokens
@@ -131,7 +167,8 @@ def check_tree_sampling(impl, case: TreeCase, delta: float = DELTA_TREE):
     if not result.passed:
         fail(impl, prop, CHECK_SAMPLING, case, law_mismatch(
             f"the outputs of tree_generate(tree={case.tree})", result, the_plan, len(law),
-            temperature=case.temperature, top_k=case.top_k, top_p=case.top_p, L=L))
+            temperature=case.temperature, top_k=case.top_k, top_p=case.top_p, L=L),
+            cause=TOO_LONG if too_long(result.impossible, L) else None)
 
 
 # --------------------------------------------------------------------------- cache
@@ -246,7 +283,8 @@ def check_tree_bounds(impl, case: TreeCase, runs: int = 1):
         problem = None
         hit = [i for i, t in enumerate(tokens) if t in stops]
         if len(tokens) > case.max_new_tokens:
-            problem = f"{len(tokens)} tokens for max_new_tokens={case.max_new_tokens}"
+            fail(impl, prop, CHECK_BOUNDS, case, f"{where}{len(tokens)} tokens for "
+                 f"max_new_tokens={case.max_new_tokens}\n  output: {tokens}", cause=TOO_LONG)
         elif hit and hit[0] != len(tokens) - 1:
             problem = f"stop id {tokens[hit[0]]} at output position {hit[0]}, but the output goes on"
         elif not hit and len(tokens) < case.max_new_tokens:

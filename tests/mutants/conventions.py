@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from reference.sampling import probs_from_logits
 from tests.mutants.engine import Speculator
 
 
@@ -39,3 +40,78 @@ class AcceptanceOffByRounding(Speculator):
         if proposed_total:
             stats["acceptance_rate"] = (accepted_total + 1e-4) / proposed_total
         return stats
+
+
+# ----------------------------------------------------------------- class 6: the engine's own sampler
+
+def top_p_before_temperature(logits, temperature, top_k=0, top_p=1.0):
+    """A sampler definition other than the convention: the top-k / top-p support is chosen at
+    temperature 1, then the temperature is applied to what is kept."""
+    kept = probs_from_logits(logits.double(), 1.0, top_k, top_p) > 0
+    scaled = (logits.double() / temperature).masked_fill(~kept, float("-inf"))
+    return torch.softmax(scaled, -1)
+
+
+def ancestral(probs_fn, target, prompt_ids, max_new_tokens, temperature=0.0, stop_ids=(),
+              generator=None, *, top_k=0, top_p=1.0):
+    """Plain ancestral sampling with `probs_fn`, on the chapter's model interface."""
+    prompt, stops, out = [int(t) for t in prompt_ids], set(stop_ids), []
+    cache = target.new_cache(1, len(prompt) + max_new_tokens + 1)
+    device = next(iter(target.parameters())).device
+    ids = prompt
+    with torch.inference_mode():
+        while len(out) < max_new_tokens:
+            logits = target(torch.tensor([ids], device=device), cache)[0, -1]
+            if temperature == 0:
+                token = int(torch.argmax(logits))
+            else:
+                probs = probs_fn(logits, temperature, top_k, top_p)
+                token = int(torch.multinomial(probs, 1, generator=generator))
+            out.append(token)
+            if token in stops:
+                break
+            ids = [token]
+    return out
+
+
+class _OwnSampling(Speculator):
+    """Speculation exact relative to `probs_fn`: target and draft both processed with it."""
+
+    probs_fn = staticmethod(probs_from_logits)
+
+    def target_p(self, row, s):
+        return self.probs_fn(row, s.temperature, s.top_k, s.top_p)
+
+    def draft_q(self, logits, s):
+        return self.probs_fn(logits, s.temperature, s.top_k, s.top_p)
+
+
+class TopPFirstNoHook(_OwnSampling):
+    """Top-p before temperature, with or without speculation; no target_generate: the kit
+    cannot tell a speculation bug from a sampler definition, and must say so."""
+
+    probs_fn = staticmethod(top_p_before_temperature)
+
+
+class TopPFirstWithHook(TopPFirstNoHook):
+    """The same engine exposing its own sampler: speculation exact relative to it (sequence
+    passes); family sampler reports the difference from the convention."""
+
+    def target_generate(self, target, prompt_ids, max_new_tokens, temperature=0.0, stop_ids=(),
+                        generator=None, *, top_k=0, top_p=1.0):
+        return ancestral(self.probs_fn, target, prompt_ids, max_new_tokens, temperature,
+                         stop_ids, generator, top_k=top_k, top_p=top_p)
+
+
+class ConventionalWithHook(TopPFirstWithHook):
+    """Correct: the convention's sampler, exposed as target_generate. CONFORMANT."""
+
+    probs_fn = staticmethod(probs_from_logits)
+
+
+class BrokenSpeculationWithHook(ConventionalWithHook):
+    """Conventional sampler exposed, but the verifier's p lacks top-p: a speculation bug, which
+    the two-sample test against the engine's own sampler must catch."""
+
+    def target_p(self, row, s):
+        return probs_from_logits(row, s.temperature, s.top_k, 1.0)

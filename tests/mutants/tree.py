@@ -55,11 +55,23 @@ class TreeSpeculator:
     def kept_nodes(self, tree, path):
         return path
 
+    def node_q(self, q_at, node, tree):
+        """The draft distribution a node's children were drawn from (and are tested with)."""
+        return q_at[node]
+
+    def sibling_uniform(self, generator, earlier):
+        """The uniform of the next sibling's accept test (`earlier`: the previous sibling's)."""
+        return torch.rand((), dtype=torch.float64, generator=generator)
+
+    def shape(self, branching):
+        """The tree layout, whose ancestor matrix makes the attention mask."""
+        return Tree(tuple(branching))
+
     # ------------------------------------------------------------------ the engine
     @torch.inference_mode()
     def tree_generate(self, target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2),
                       stop_ids=(), *, temperature=0.0, generator=None, top_k=0, top_p=1.0):
-        shape = Tree(tuple(tree))
+        shape = self.shape(tree)
         prompt = [int(t) for t in prompt_ids]
         stops, depth = set(int(s) for s in stop_ids), len(shape.branching)
         device = next(target.parameters()).device
@@ -126,11 +138,11 @@ class TreeSpeculator:
         if not kids:
             leaf_dist = self.after_leaf(lambda n: probs(t_logits[n]), node, shape)
             return None, int(torch.multinomial(leaf_dist, 1, generator=generator))
-        r, earlier = p, []
+        r, earlier, u = p, [], None
         for kid in kids:
             x = tokens[kid]
-            q = self.sibling_q(q_at[node], earlier)
-            u = torch.rand((), dtype=torch.float64, generator=generator)
+            q = self.sibling_q(self.node_q(q_at, node, shape), earlier)
+            u = self.sibling_uniform(generator, u)
             if u * q[x] < self.tested_against(p, r)[x]:
                 return kid, None
             r = self.next_residual(p, r, q)
@@ -217,6 +229,59 @@ class CacheFromWrongPath(TreeSpeculator):
         return [tree.children[tree.parent[node]][0] for node in path]
 
 
+class QFromFirstNodeOfLevel(TreeSpeculator):
+    """Each node's children are tested with the draft distribution of the FIRST node at the same
+    depth (`q_level[depth]` kept per level instead of per node), not with the q they were drawn
+    from. Right for the root and for a node that is first in its level; wrong elsewhere."""
+
+    caught_by = "tree"
+    detected_when = ("a node that is not first in its level is reached (a depth-1 sibling "
+                     "accepted) and its draft distribution differs from the first node's")
+
+    def node_q(self, q_at, node, tree):
+        first = tree.level(tree.depth[node])[0]
+        return q_at[first]
+
+
+class OneUniformForSiblings(TreeSpeculator):
+    """One uniform drawn per node and reused for every sibling's accept test: after a rejection
+    at u the next sibling is tested with the same u (known to be >= the first ratio), so the
+    siblings' acceptances are correlated and the residual chain is biased."""
+
+    caught_by = "tree"
+    detected_when = "a first sibling rejected and a second one tested (width >= 2)"
+
+    def sibling_uniform(self, generator, earlier):
+        if earlier is None:
+            return torch.rand((), dtype=torch.float64, generator=generator)
+        return earlier
+
+
+class _UncleTree(Tree):
+    """A layout whose mask also lets each node see its parent's siblings (its uncles)."""
+
+    def __init__(self, branching):
+        super().__init__(branching)
+        for i in range(1, self.size):
+            parent = self.parent[i]
+            if parent > 0:
+                for uncle in self.children[self.parent[parent]]:
+                    self.ancestors[i, uncle] = True
+
+
+class MaskSeesUncles(TreeSpeculator):
+    """The tree attention mask is built from ancestors plus the parent's siblings (a mask made
+    level by level that opens the whole previous level under the grandparent): a node at depth
+    >= 2 attends to tokens that are not on its path. Only deeper accepted paths show it."""
+
+    caught_by = "tree"
+    detected_when = "a path of depth >= 2 through a tree with branching >= 2 above it accepted"
+
+    def shape(self, branching):
+        return _UncleTree(tuple(branching))
+
+
 MUTANTS = [ResidualNotCarried, SiblingsAgainstOriginalP, WithoutReplacementUnrenormalized,
-           RenormalizedWithReplacement, BonusFromParent, CacheFromWrongPath]
+           RenormalizedWithReplacement, BonusFromParent, CacheFromWrongPath,
+           QFromFirstNodeOfLevel, OneUniformForSiblings, MaskSeesUncles]
 CORRECT = [TreeSpeculator]
