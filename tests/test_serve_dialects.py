@@ -76,17 +76,18 @@ def test_a_matched_stop_ends_the_tokens_whatever_the_text_says(name):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_sampled_answers_lie_in_the_support_and_seed_replays(name):
+def test_sampled_answers_are_read_whole(name):
+    # whether they follow the law, lie in the support, or replay with their seed is what the
+    # kit's families judge; here only that each is read as max_tokens ids, n of them
     _, engine, read = load(name)
-    (_, (first,)), (_, (again,)) = read["sampled_seeded"], read["sampled_seeded_again"]
-    assert first.tokens == again.tokens
     req, answers = read["sampled_n4"]
     assert len(answers) == (4 if engine.dialect.honours_n else 1)
     for key in ("sampled_seeded", "sampled_n4", "sampled_top_p"):
         req, answers = read[key]
-        law = oracle.law(req.prompt, req.max_tokens, req.temperature, req.top_k, req.top_p)
         for completion in answers:
-            assert law.get(tuple(completion.tokens), 0) > 0, (key, completion.tokens)
+            assert len(completion.tokens) == req.max_tokens, key
+            assert all(0 <= t < 32 for t in completion.tokens), key
+            assert completion.finish_reason == "length", key
 
 
 @pytest.mark.parametrize("name", ENGINES)
