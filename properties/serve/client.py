@@ -336,7 +336,9 @@ class Client:
             stopped_by_request = bool(tokens) and tokens[-1] in req.stop_ids
             if (got.finish_reason != "eos" or len(tokens) >= req.max_tokens
                     or stopped_by_request or not got.tokens):
-                reason = "stop" if got.finish_reason == "eos" else got.finish_reason
+                reason = got.finish_reason
+                if reason == "eos":   # id 11 is no stop of the kit's: only the length ended it
+                    reason = "stop" if stopped_by_request else "length"
                 return Completion(tokens, reason, drafted, accepted,
                                   pieces if len(pieces) > 1 else ())
             seed = None if req.seed is None else (req.seed * 1_000_003 + len(tokens)) % 2**31
