@@ -144,3 +144,16 @@ def test_missing_engine_and_unknown_method_are_clear():
     assert "GPU" in said[-1]
     assert run.run("fake", "nope", say=said.append).exit == 3
     assert "perfect-draft" in said[-1]
+
+
+def test_run_names_a_port_in_use(tmp_path):
+    import socket
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        said = []
+        outcome = run.run("fake", "perfect-draft", run_dir=tmp_path, measure_speed=False,
+                          say=said.append, baseline_port=port)
+    assert outcome.exit == 3
+    assert any(f"port {port} is in use" in line for line in said)

@@ -35,6 +35,10 @@ def main(argv=None) -> int:
     go.add_argument("--allow-unvalidated", action="store_true",
                     help="run on an engine version the kit's dialects were not recorded from")
     go.add_argument("--no-speed", action="store_true", help="skip the speed-up measurement")
+    go.add_argument("--port", type=int, default=None,
+                    help="port of the speculating server (default: a free one)")
+    go.add_argument("--baseline-port", type=int, default=None,
+                    help="port of the baseline server (default: a free one)")
     go.add_argument("pytest_args", nargs="*", help="after --: more pytest options")
     args = parser.parse_args(argv)
     if args.command == "run":

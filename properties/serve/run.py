@@ -147,7 +147,8 @@ def _pytest_args(engine, method, spec_url, base_url, run_dir, families, extra):
 
 def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         families: str = SERVED_FAMILIES, allow_unvalidated: bool = False,
-        measure_speed: bool = True, pytest_args=(), say=print) -> Outcome:
+        measure_speed: bool = True, pytest_args=(), say=print, port: int | None = None,
+        baseline_port: int | None = None) -> Outcome:
     try:
         engine = engines.get(engine_name)
         method = engine.method(method_name)
@@ -177,11 +178,11 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
     if engine.prepare is not None:
         engine.prepare(env, export_dir, run_dir / "prepare.log")
     spec = Server(f"{engine.name}-{method.name}",
-                  lambda port: engine.command(env, export_dir, method, port), run_dir,
-                  start_timeout=engine.start_timeout)
+                  lambda p: engine.command(env, export_dir, method, p), run_dir,
+                  start_timeout=engine.start_timeout, port=port)
     base = Server(f"{engine.name}-baseline",
-                  lambda port: engine.command(env, export_dir, None, port), run_dir,
-                  start_timeout=engine.start_timeout)
+                  lambda p: engine.command(env, export_dir, None, p), run_dir,
+                  start_timeout=engine.start_timeout, port=baseline_port)
     known = read_known(known_path, version, method.name) if known_path else []
     previous = signal.signal(signal.SIGTERM, _interrupt)
     record = {"engine": engine.name, "title": engine.title, "version": version,
@@ -269,7 +270,8 @@ def _print_outcome(record: dict, outcome: Outcome, say) -> None:
 def main(args) -> int:
     outcome = run(args.engine, args.method, run_dir=args.run_dir, known_path=args.known_failures,
                   families=args.families, allow_unvalidated=args.allow_unvalidated,
-                  measure_speed=not args.no_speed, pytest_args=args.pytest_args)
+                  measure_speed=not args.no_speed, pytest_args=args.pytest_args,
+                  port=args.port, baseline_port=args.baseline_port)
     if args.results:
         results_append(args.results, outcome.summary)
     return outcome.exit
