@@ -101,7 +101,6 @@ def test_without_the_hook_the_mismatch_may_be_either(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:TopPFirstNoHook", SEQ, tmp_path, "-x")
     assert data["families"]["sequence"]["failed"] > 0
     assert "this can be the speculation or the engine's own sampler" in proc.stdout
-    assert "not applicable" in " ".join(data["families"]["sampler"]["reasons"])
 
 
 @pytest.mark.slow
