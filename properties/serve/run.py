@@ -308,7 +308,9 @@ def markdown(runs) -> str:
             elif e["passed"]:
                 cells.append(f"passed ({e['passed']})")
             else:
-                cells.append("cannot judge: " + (e["reasons"][0][:60] if e["reasons"] else "n/a"))
+                reason = e["reasons"][0] if e["reasons"] else "not applicable"
+                cells.append(reason[:70] if reason.startswith(("not applicable", "cannot judge"))
+                             else f"cannot judge: {reason[:60]}")
         s = r.get("speculation") or {}
         sp = r.get("speed") or {}
         lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
