@@ -9,5 +9,10 @@
     checks.py     the served properties, raising the kit's PropertyFailure
     impl.py       the Impl behind ``--impl=openai:URL``
     plugin.py     pytest options (--baseline, timeouts, concurrency) and the session fixture
-    launch.py     starting and stopping a local ``transformers serve`` for the tests
+    launch.py     starting and stopping a local ``transformers serve``
+    server.py     an engine server as a child process: start, health, stop, restart
+    run.py        ``python -m properties.serve run ENGINE METHOD``: the kit starts and judges an engine
+    engines/      one module per engine (vLLM, llama.cpp, transformers, SGLang, the fake)
+    dialects.py   how each engine speaks; deaths.py: a server that dies is a finding
+    acceptance.py the exact counters of a greedy request; speed.py: evidence and speed-up
 """

@@ -177,15 +177,17 @@ class Client:
                                   f"({type(exc).__name__}: {exc}); is the server running?") from None
         raise AssertionError("unreachable")
 
-    def call(self, method: str, path: str, body: dict | None = None) -> bytes:
-        """One HTTP exchange under the base path; HttpError for a status >= 400."""
-        full = self.base + path
+    def call(self, method: str, path: str, body: dict | None = None,
+             root: bool = False) -> bytes:
+        """One HTTP exchange under the base path (`root`: at the server's root, e.g. llama.cpp's
+        /completion); HttpError for a status >= 400, with a curl replay for a 5xx."""
+        full = path if root else self.base + path
         status, data = self._exchange(method, full, body)
         if status >= 400:
             text = data.decode("utf-8", "replace").strip()
             replay = (f"\nreplay: {curl_line(self._root() + full, body)}"
                       if body is not None and status >= 500 else "")
-            raise HttpError(f"{method} {self.url.rstrip('/')}{path} answered HTTP {status}: "
+            raise HttpError(f"{method} {self._root()}{full} answered HTTP {status}: "
                             f"{text[:500]}{replay}", status)
         return data
 
@@ -193,16 +195,7 @@ class Client:
         return f"{self.scheme}://{self.host}:{self.port}"
 
     def call_json(self, method: str, path: str, body: dict | None = None, root: bool = False):
-        if root:  # a path at the server's root, not under the base path (llama.cpp /completion)
-            status, data = self._exchange(method, path, body)
-            if status >= 400:
-                text = data.decode("utf-8", "replace").strip()
-                replay = (f"\nreplay: {curl_line(self._root() + path, body)}"
-                          if body is not None and status >= 500 else "")
-                raise HttpError(f"{method} {self._root()}{path} answered HTTP {status}: "
-                                f"{text[:500]}{replay}", status)
-        else:
-            data = self.call(method, path, body)
+        data = self.call(method, path, body, root=root)
         try:
             return json.loads(data)
         except ValueError:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from properties.serve import dialects
 from properties.serve.engines import Engine, EngineMissing, Method
-from properties.serve.launch import _command, serve_available
-from properties.serve.server import Command
+from properties.serve.launch import serve_available, serve_command
 
 METHODS = {"prompt-lookup": Method("prompt-lookup", "prompt lookup, 4 tokens (per request)",
                                    "ngram")}
@@ -26,12 +25,8 @@ def version(env) -> str:
     return transformers.__version__
 
 
-def command(env, export_dir, method, port) -> Command:
-    argv = _command() + ["serve", str(Path(export_dir) / "target"), "--host", "127.0.0.1",
-                         "--port", str(port), "--device", "cpu", "--dtype", "float32",
-                         "--log-level", "warning"]
-    return Command(argv, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                              "TOKENIZERS_PARALLELISM": "false"}, health="/health")
+def command(env, export_dir, method, port):
+    return serve_command(Path(export_dir) / "target", port)
 
 
 ENGINE = Engine(
