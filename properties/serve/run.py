@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,6 +318,3 @@ def markdown(runs) -> str:
                      f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    sys.exit(1)
