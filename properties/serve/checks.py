@@ -367,7 +367,7 @@ def engine_counts(impl, request: Request):
     return completion.drafted, completion.accepted, completion
 
 
-def _replay(case, completion, impl, schedule):
+def _replay(case, completion, impl, schedule, draft=None):
     """The exact counters of the request, summed over its pieces when the client assembled the
     completion from several requests (each piece a request of its own from the prefix)."""
     pieces = completion.pieces or (case.max_tokens,)
@@ -375,7 +375,7 @@ def _replay(case, completion, impl, schedule):
     done = 0
     for length in pieces:
         e = acceptance.greedy(tuple(case.prompt) + tuple(completion.tokens[:done]),
-                              case.max_tokens - done, impl.draft, impl.k, schedule,
+                              case.max_tokens - done, draft or impl.draft, impl.k, schedule,
                               produced=length)
         drafts, drafted, accepted = drafts + e.drafts, drafted + e.drafted, accepted + e.accepted
         done += length
@@ -417,7 +417,7 @@ def check_perfect_draft(impl, case: ServedCase):
     prop = "served_perfect_draft: every proposal of a perfect draft is accepted"
     case = case.replace(temperature=0.0, top_k=0, top_p=1.0, stop_ids=())
     try:
-        drafted, accepted, _ = engine_counts(impl, _request(case))
+        drafted, accepted, completion = engine_counts(impl, _request(case))
     except ServedError as exc:
         fail(impl, prop, CHECK_PERFECT_DRAFT, case, f"cannot read the acceptance counters: {exc}")
     if case.max_tokens > 1 and drafted <= 0:
@@ -429,3 +429,11 @@ def check_perfect_draft(impl, case: ServedCase):
              f"{accepted:g} of {drafted:g} drafted tokens accepted (rate "
              f"{accepted / max(drafted, 1):.4f}); a draft identical to the target must be "
              f"accepted at rate 1")
+    schedules = (impl.schedule,) if impl.schedule else acceptance.SCHEDULES
+    expected = {s: _replay(case, completion, impl, s, "perfect") for s in schedules}
+    if not any(drafted == e.drafted for e in expected.values()):
+        shown = "; ".join(f"{s} schedule: {e.drafted} in {e.drafts} rounds"
+                          for s, e in expected.items())
+        fail(impl, prop, CHECK_PERFECT_DRAFT, case,
+             f"{drafted:g} tokens drafted for this request; a perfect draft proposing k={impl.k} "
+             f"per round drafts exactly ({shown})")
