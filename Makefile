@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test bench clean engine-vllm engine-llamacpp engines ci-engines
+.PHONY: conformance conformance-others test test-extra bench clean engine-vllm engine-llamacpp engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -45,8 +45,12 @@ conformance-others: $(STAMP)
 
 # The whole suite (tests/, fast/ and the kit on the reference), then the kit on the other engines.
 test: $(STAMP)
-	$(PY) -m pytest -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) -m "not extra" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory conformance-others
+
+# Slow extras: the kit's runs on the tree mutants and the blind-spot engines (minutes each).
+test-extra: $(STAMP)
+	$(PY) -m pytest -n $(WORKERS) -m extra $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pytest --benchmark-only fast/ $(PYTEST_ARGS)

@@ -42,6 +42,7 @@ BOUNDS = ["properties/test_bounds.py", "properties/test_perfect_draft.py"]
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_float32_stats_engine_is_conformant(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:Float32Stats", BOUNDS, tmp_path)
     assert data["verdict"] == "CONFORMANT", proc.stdout[-3000:]
@@ -50,6 +51,7 @@ def test_float32_stats_engine_is_conformant(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_stats_off_by_more_than_rounding_are_rejected(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:AcceptanceOffByRounding",
                          ["properties/test_bounds.py"], tmp_path, "-x")
@@ -60,6 +62,7 @@ def test_stats_off_by_more_than_rounding_are_rejected(tmp_path):
 # ----------------------------------------------------------------- class 1: rows that share randomness
 
 @pytest.mark.slow
+@pytest.mark.extra
 @pytest.mark.parametrize("name", ["SharedAcceptanceUniforms", "SharedDraws"])
 def test_rows_sharing_randomness_are_rejected(name, tmp_path):
     """Each row's own law is exact; the pairs of rows are not independent."""
@@ -70,6 +73,7 @@ def test_rows_sharing_randomness_are_rejected(name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_independent_rows_pass(tmp_path):
     proc, data = run_kit("fast", ["properties/test_batched.py"], tmp_path)
     assert data["families"]["batched"]["failed"] == 0, proc.stdout[-3000:]
@@ -82,6 +86,7 @@ SEQ = ["properties/test_sequence.py", "properties/test_sampler.py"]
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_own_sampler_differing_from_the_convention_is_named_as_such(tmp_path):
     """Top-p before temperature, with target_generate: speculation exact relative to it (the
     sequence family passes), the sampler's difference reported by family sampler, and the
@@ -97,6 +102,7 @@ def test_own_sampler_differing_from_the_convention_is_named_as_such(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_without_the_hook_the_mismatch_may_be_either(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:TopPFirstNoHook", SEQ, tmp_path, "-x")
     assert data["families"]["sequence"]["failed"] > 0
@@ -104,6 +110,7 @@ def test_without_the_hook_the_mismatch_may_be_either(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_speculation_bug_is_caught_against_the_own_sampler(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:BrokenSpeculationWithHook",
                          ["properties/test_sequence.py"], tmp_path, "-x")
@@ -112,6 +119,7 @@ def test_speculation_bug_is_caught_against_the_own_sampler(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_conventional_own_sampler_is_conformant(tmp_path):
     proc, data = run_kit("tests/mutants/conventions.py:ConventionalWithHook", SEQ, tmp_path)
     assert data["verdict"] == "CONFORMANT", proc.stdout[-3000:]
@@ -130,6 +138,7 @@ def test_causes_with_other_numbers_are_one_cause():
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_too_many_tokens_is_one_headline_across_families(tmp_path):
     """WholeBlockOvershoot returns more than max_new_tokens: every family that sees it names that
     one cause, grouped once; no family guesses another cause (a tiny temperature, say)."""
@@ -145,6 +154,7 @@ def test_too_many_tokens_is_one_headline_across_families(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extra
 def test_a_crash_on_an_edge_case_does_not_hide_a_sampling_bug(tmp_path):
     proc, data = run_kit("tests/mutants/two_bugs.py:CrashesOnShortOutputs",
                          ["properties/test_sequence.py"], tmp_path, "-x")

@@ -18,7 +18,9 @@ from tests.test_kit_selftest import run_kit
 CORRECT = ["tests/mutants/tree.py:TreeSpeculator"]
 PATHS = ["properties/test_tree.py"]
 
-pytestmark = pytest.mark.slow
+# The tree family is sized for TV 0.05: each mutant's kit run takes minutes, so these are
+# extras (make test-extra), outside make test's 20-minute budget.
+pytestmark = [pytest.mark.slow, pytest.mark.extra]
 
 
 @pytest.mark.parametrize("name", [cls.__name__ for cls in tree_mutants.MUTANTS])
