@@ -124,14 +124,14 @@ def test_known_failures_never_make_a_run_conformant(tmp_path):
     assert [k.test for k in known] == ["properties/t.py::test_a"]
     spec = {"drafted": 10}
     only_known = _summary({"properties/t.py::test_a[x]": "the server died (top_k)"})
-    outcome = run.judge(only_known, known, True, [], spec)
+    outcome = run.judge(only_known, known, True, spec)
     assert outcome.verdict == "NOT CONFORMANT" and "all failures known" in outcome.text
     assert outcome.exit == 0
-    assert run.judge(only_known, known, False, [], spec).exit == 1
+    assert run.judge(only_known, known, False, spec).exit == 1
     other_cause = _summary({"properties/t.py::test_a": "a law mismatch"})
-    assert run.judge(other_cause, known, True, [], spec).exit == 1   # a new failure
-    assert run.judge(_summary({}), known, True, [], {"drafted": 0}).verdict == "NOT SHOWN"
-    assert run.judge(_summary({}), known, True, [], spec).verdict == "CONFORMANT"
+    assert run.judge(other_cause, known, True, spec).exit == 1   # a new failure
+    assert run.judge(_summary({}), known, True, {"drafted": 0}).verdict == "NOT SHOWN"
+    assert run.judge(_summary({}), known, True, spec).verdict == "CONFORMANT"
     with pytest.raises(ValueError, match="expected 'VERSION"):
         bad = tmp_path / "bad.txt"
         bad.write_text("1.0 | m\n")

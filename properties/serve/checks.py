@@ -382,6 +382,12 @@ def _replay(case, completion, impl, schedule, draft=None):
     return acceptance.Expected(drafts, drafted, accepted)
 
 
+def _expected_counts(case, completion, impl, draft=None) -> dict:
+    """schedule -> the exact replay, for the engine's declared schedule (both when unknown)."""
+    schedules = (impl.schedule,) if impl.schedule else acceptance.SCHEDULES
+    return {s: _replay(case, completion, impl, s, draft) for s in schedules}
+
+
 def check_counters(impl, case: ServedCase):
     """Greedy requests one at a time: the engine's own counters (drafted, accepted) equal the
     acceptance the kit replays exactly from its models for the same request."""
@@ -391,8 +397,7 @@ def check_counters(impl, case: ServedCase):
         drafted, accepted, completion = engine_counts(impl, _request(case))
     except ServedError as exc:
         fail(impl, prop, CHECK_COUNTERS, case, f"cannot read the engine's counters: {exc}")
-    schedules = (impl.schedule,) if impl.schedule else acceptance.SCHEDULES
-    expected = {s: _replay(case, completion, impl, s) for s in schedules}
+    expected = _expected_counts(case, completion, impl)
     if accepted > drafted:
         fail(impl, prop, CHECK_COUNTERS, case,
              f"{accepted:g} tokens accepted of {drafted:g} drafted: more than were proposed")
@@ -429,8 +434,7 @@ def check_perfect_draft(impl, case: ServedCase):
              f"{accepted:g} of {drafted:g} drafted tokens accepted (rate "
              f"{accepted / max(drafted, 1):.4f}); a draft identical to the target must be "
              f"accepted at rate 1")
-    schedules = (impl.schedule,) if impl.schedule else acceptance.SCHEDULES
-    expected = {s: _replay(case, completion, impl, s, "perfect") for s in schedules}
+    expected = _expected_counts(case, completion, impl, "perfect")
     if not any(drafted == e.drafted for e in expected.values()):
         shown = "; ".join(f"{s} schedule: {e.drafted} in {e.drafts} rounds"
                           for s, e in expected.items())

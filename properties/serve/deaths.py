@@ -93,7 +93,7 @@ class Death:
 
 @dataclass
 class Registry:
-    """Every death of a run, in order; `findings` are the first of each signature."""
+    """Every death of a run, in order; a death with `same_as` None is a new finding."""
 
     deaths: list = field(default_factory=list)
 
@@ -104,9 +104,6 @@ class Registry:
                 break
         self.deaths.append(death)
         return death
-
-    def findings(self) -> list:
-        return [d for d in self.deaths if d.same_as is None]
 
     def last(self) -> Death | None:
         return self.deaths[-1] if self.deaths else None

@@ -109,8 +109,7 @@ class Outcome:
     summary: dict = field(default_factory=dict)
 
 
-def judge(summary: dict, known: list[Known], known_given: bool, deaths_list: list,
-          speculation: dict) -> Outcome:
+def judge(summary: dict, known: list[Known], known_given: bool, speculation: dict) -> Outcome:
     """The run's verdict from the kit's summary, the known failures and the evidence that
     speculation ran. Known failures never make a run CONFORMANT."""
     failures = [(nodeid, entry["causes"].get(nodeid, ""))
@@ -208,8 +207,7 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         record["speculation"] = speculation
         if measure_speed:
             record["speed"] = speed.measure(engine, spec, base, say=say)
-        outcome = judge(summary, known, known_path is not None, deaths.REGISTRY.deaths,
-                        speculation)
+        outcome = judge(summary, known, known_path is not None, speculation)
         record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                       summary=_families(summary), restarts=launcher.restarts,
                       deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
