@@ -38,9 +38,14 @@ def main(argv=None) -> int:
     go.add_argument("--port", type=int, default=None,
                     help="port of the speculating server (default: a free one)")
     go.add_argument("--baseline-port", type=int, default=None,
-                    help="port of the baseline server (default: a free one)")
-    go.add_argument("pytest_args", nargs="*", help="after --: more pytest options")
+                    help="port of the baseline server (default: a free one); after a lone "
+                         "--, more pytest options")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after "--" goes to pytest as it is (argparse would take options from it)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
     args = parser.parse_args(argv)
+    args.pytest_args = extra
     if args.command == "run":
         from properties.serve import run
         if args.families is None:
