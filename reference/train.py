@@ -234,7 +234,8 @@ def build(out: Path, recipe: Recipe, log=print, prompts: int = 16) -> dict:
 
     from reference import acceptance  # measured on the models as saved (float32)
     from reference.pretrained import load_dir
-    (out / "manifest.json").write_text("")  # load_dir wants one; the real one is written below
+    # load_dir wants a manifest (and the exit depth from it); the real one is written below
+    (out / "manifest.json").write_text(json.dumps({"early_exit_layers": recipe.exit_layer}))
     pair = load_dir(out)
     measured = acceptance.measure_all(pair, held["prompts"][:8], max_new_tokens=64, k=4)
     timings["total_s"] = round(time.time() - started, 1)
