@@ -155,7 +155,7 @@ def train(model: Qwen3, tokens, recipe: Recipe, steps: int, depths: dict, teache
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(float(text_loss))
+        losses.append(text_loss.item())  # a plain float, outside the graph
         if log and (step % 50 == 0 or step == steps - 1):
             log(f"  step {step:4d}/{steps}  loss {losses[-1]:.3f}  lr {_lr(recipe, step, steps):.2e}")
     model.eval()
@@ -237,7 +237,7 @@ def build(out: Path, recipe: Recipe, log=print, prompts: int = 16) -> dict:
     # load_dir wants a manifest (and the exit depth from it); the real one is written below
     (out / "manifest.json").write_text(json.dumps({"early_exit_layers": recipe.exit_layer}))
     pair = load_dir(out)
-    measured = acceptance.measure_all(pair, held["prompts"][:8], max_new_tokens=64, k=4)
+    measured = acceptance.measure_all(pair, [p["ids"] for p in held["prompts"][:8]], max_new_tokens=64, k=4)
     timings["total_s"] = round(time.time() - started, 1)
 
     manifest = {
