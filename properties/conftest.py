@@ -9,6 +9,8 @@ Options:
                              run with verdict INCOMPLETE, then, when the run ends, the verdict
     --kit-timeout=SECONDS    time limit of each call into the implementation (0: none)
     --kit-families=A,B       run only these families (properties/families.py)
+    --kit-report=DIR         write DIR/index.html (the evidence behind the verdict, as pictures)
+                             and DIR/report.json, the data it was drawn from (properties/report/)
 
 The implementation is loaded and its signatures checked before collection: a bad --impl is one
 usage error, not hundreds of failures. Each test module declares its family
@@ -33,6 +35,7 @@ import torch
 
 from properties import families, guards, harness, profiles, statistics
 from properties.impl import LEVELS, ImplError, load
+from properties.report import collect, evidence
 
 OUTCOMES = ("passed", "failed", "not_applicable", "xfailed", "xpassed")
 _RANK = {"passed": 0, "not_applicable": 1, "xfailed": 2, "xpassed": 3, "failed": 4}
@@ -54,6 +57,9 @@ def pytest_addoption(parser):
     group.addoption("--conformance-json", default=None, metavar="PATH",
                     help="write the conformance summary as JSON to PATH (verdict INCOMPLETE "
                          "until the run ends)")
+    group.addoption("--kit-report", default=None, metavar="DIR",
+                    help="write a report to DIR: index.html (self-contained, the evidence "
+                         "behind each verdict as pictures) and report.json, its data")
     group.addoption("--kit-timeout", default=guards.TIMEOUT, type=float, metavar="SECONDS",
                     help=f"time limit of each call into the implementation, in seconds "
                          f"(default {guards.TIMEOUT:g}; 0: no limit)")
@@ -116,6 +122,15 @@ def pytest_configure(config):
     config._kit_stat_checks = 0
     config._kit_calls = 0
     config._kit_started = time.monotonic()
+    config._kit_started_wall = time.time()
+    report_dir = config.getoption("--kit-report")
+    # Workers record evidence too (it reaches the controller with each report); only the
+    # controller writes the page, so only it checks the folder.
+    evidence.enable(report_dir is not None)
+    config._kit_report = (collect.prepare(report_dir) if report_dir is not None
+                          and not hasattr(config, "workerinput") else None)
+    config._kit_evidence = {}          # nodeid -> the records of its checks (with --kit-report)
+    config._kit_report_tests = {}      # nodeid -> its outcome, reason, message (with --kit-report)
     config.pluginmanager.register(_Recorder(config), "conformance-kit-recorder")
     if not hasattr(config, "workerinput"):
         _write_json(config, None)   # a run that dies before the end leaves INCOMPLETE behind
@@ -283,9 +298,14 @@ def _mark_xfails(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     before, calls = statistics.checks_run, harness.calls_made
+    evidence.start_test()
     yield
     item.user_properties.append(("kit_statistical_checks", statistics.checks_run - before))
     item.user_properties.append(("kit_engine_calls", harness.calls_made - calls))
+    if evidence.enabled:
+        records = evidence.take()
+        if records:
+            item.user_properties.append(("kit_evidence", records))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -320,6 +340,8 @@ class _Recorder:
                 config._kit_calls += value
             elif name == "kit_cause":
                 config._kit_causes[report.nodeid] = value
+            elif name == "kit_evidence":
+                config._kit_evidence[report.nodeid] = value
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed" if report.passed else "failed"
         elif report.failed:
@@ -338,6 +360,9 @@ class _Recorder:
         previous = config._kit_outcomes.get(report.nodeid)
         if previous is None or _RANK[outcome] >= _RANK[previous[1]]:
             config._kit_outcomes[report.nodeid] = (family, outcome, reason)
+            if config._kit_report is not None:
+                config._kit_report_tests[report.nodeid] = collect.outcome_entry(
+                    report, family, outcome, reason)
         self._progress(family, report)
 
     def _progress(self, family, report):
@@ -533,14 +558,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                   f"{data['alpha_per_check']:.0e} each: a correct implementation fails this run "
                   f"with probability <= {data['familywise_false_alarm_bound']:.1e}; "
                   f"{data['engine_calls']:,} calls into the implementation")
+    tr.write_line(verdict_line(config, data), green=data["conformant"],
+                  red=not data["conformant"], bold=True)
+    if getattr(config, "_kit_report_page", None) is not None:
+        tr.write_line(f"kit report: {config._kit_report_page} (its data: "
+                      f"{config._kit_report_page.with_name('report.json')})")
+
+
+def verdict_line(config, data) -> str:
+    """The run's last line: the verdict, the known failures it leaves aside, its scope (the
+    report's header shows the same words)."""
     verdict = data["verdict_text"]
     known = sum(e["xfailed"] for e in data["families"].values())
     if data["conformant"] and known:
         verdict += f", apart from {known} known failure(s) listed in --xfails-file"
     chosen = config._kit_families
     scope = f"families {', '.join(chosen)}" if chosen else "the properties run"
-    tr.write_line(f"verdict for --impl={data['impl']}: {verdict} (on {scope})",
-                  green=data["conformant"], red=not data["conformant"], bold=True)
+    return f"verdict for --impl={data['impl']}: {verdict} (on {scope})"
 
 
 def impl_has(config, level: str) -> bool:
@@ -558,3 +592,7 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput") or not hasattr(config, "_kit_impl"):
         return
     _write_json(config, exitstatus)
+    if config._kit_report is not None:
+        data = summary(config, exitstatus)
+        config._kit_report_page = collect.write(
+            config._kit_report, collect.build(config, data, verdict_line(config, data)))

@@ -31,6 +31,8 @@ from typing import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from properties.report import evidence   # the report's recorder: one flag test when it is off
+
 FAMILYWISE_ALPHA = 1e-3
 MAX_CHECKS_PER_RUN = 500
 ALPHA = FAMILYWISE_ALPHA / MAX_CHECKS_PER_RUN  # 2e-6 per check
@@ -183,8 +185,10 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     if max_n is not None and n > max_n:
         raise ValueError(f"the check needs {n} samples for delta={delta}, more than max_n={max_n}")
     df = pooled_df(p, n, strata, min_expected)
-    return Plan(n=n, df=df, delta=delta, power=power_lower_bound(n, df, delta, alpha),
-                alpha=alpha)
+    the_plan = Plan(n=n, df=df, delta=delta, power=power_lower_bound(n, df, delta, alpha),
+                    alpha=alpha)
+    evidence.planned(the_plan)
+    return the_plan
 
 
 # --------------------------------------------------------------------------- the test
@@ -257,9 +261,12 @@ def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
         names = [outcomes[i] for i in groups[gi]]
         label = names[0] if len(names) == 1 else f"{len(names)} pooled outcomes incl. {names[0]!r}"
         worst.append((label, int(f_obs[gi]), float(f_exp[gi])))
-    return GofResult(passed=not impossible and p_value >= alpha, n=n, statistic=statistic,
-                     df=max(df, 0), p_value=p_value, alpha=alpha, impossible=impossible,
-                     worst=worst, detectable=detectable_tv(n, max(df, 1), alpha))
+    result = GofResult(passed=not impossible and p_value >= alpha, n=n, statistic=statistic,
+                       df=max(df, 0), p_value=p_value, alpha=alpha, impossible=impossible,
+                       worst=worst, detectable=detectable_tv(n, max(df, 1), alpha))
+    if evidence.enabled:
+        evidence.gof(result, outcomes, groups, f_obs, f_exp, contributions)
+    return result
 
 
 def chi_square_statistics(count_matrix: np.ndarray, probs: np.ndarray,
@@ -299,8 +306,10 @@ def two_sample_plan(probs, delta: float, alpha: float = ALPHA, power: float = PO
             break
         n = need
     df = pooled_df(p, 2 * n, None, 2 * min_expected)
-    return Plan(n=n, df=df, delta=delta, alpha=alpha, power=float(
+    the_plan = Plan(n=n, df=df, delta=delta, alpha=alpha, power=float(
         stats.ncx2.sf(critical_value(df, alpha), df, 2 * n * delta * delta)))
+    evidence.planned(the_plan)
+    return the_plan
 
 
 def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
@@ -331,7 +340,10 @@ def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
         label = names[0] if len(names) == 1 else f"{len(names)} pooled outcomes incl. {names[0]!r}"
         worst.append((label, int(table[0, gi]), float(expected[0, gi])))
     n = min(na, nb)
-    return GofResult(passed=p_value >= alpha, n=n, statistic=statistic, df=max(df, 0),
-                     p_value=p_value, alpha=alpha, worst=worst,
-                     detectable=min(1.0, math.sqrt(required_noncentrality(max(df, 1), alpha)
-                                                   / (2 * n))))
+    result = GofResult(passed=p_value >= alpha, n=n, statistic=statistic, df=max(df, 0),
+                       p_value=p_value, alpha=alpha, worst=worst,
+                       detectable=min(1.0, math.sqrt(required_noncentrality(max(df, 1), alpha)
+                                                     / (2 * n))))
+    if evidence.enabled:
+        evidence.two_sample(result, outcomes, groups, table, expected)
+    return result

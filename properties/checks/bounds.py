@@ -18,6 +18,7 @@ from __future__ import annotations
 from properties.cases import EngineCase
 from properties.harness import TOO_LONG, fail, run_engine, stat_in_range, stats_value
 from properties.invariants import analyse
+from properties.report import evidence
 
 KINDS = ("table", "qwen3")
 CHECK = "properties.checks.bounds:check_bounds"
@@ -78,6 +79,7 @@ def check_stats(impl, case, run, prop):
         fail(impl, prop, CHECK, case, problem)
     if not traced:
         return  # no trace to compare with (or a cache problem, the cache family's business)
+    evidence.acceptance(case, analysis, tokens)   # for --kit-report: no-op without it
     verified = len(analysis.rounds)
     # a prefill that yields the first token is a round with no proposals: an engine may count
     # it or not

@@ -20,6 +20,7 @@ from collections import Counter
 
 from properties import statistics
 from properties.harness import fail, law_mismatch
+from properties.report import evidence
 from properties.serve import acceptance, oracle
 from properties.serve.cases import ServedCase
 from properties.serve.client import BadResponse, Completion, Request, ServedError
@@ -398,6 +399,7 @@ def check_counters(impl, case: ServedCase):
     except ServedError as exc:
         fail(impl, prop, CHECK_COUNTERS, case, f"cannot read the engine's counters: {exc}")
     expected = _expected_counts(case, completion, impl)
+    evidence.served_acceptance(next(iter(expected.values())), drafted, accepted, impl.k)
     if accepted > drafted:
         fail(impl, prop, CHECK_COUNTERS, case,
              f"{accepted:g} tokens accepted of {drafted:g} drafted: more than were proposed")

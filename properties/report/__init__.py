@@ -1,0 +1,11 @@
+"""The kit's report: ``--kit-report=DIR`` writes DIR/index.html and the JSON it was built from.
+
+    evidence.py    what the checks hold, recorded while a test runs (only when a report is asked
+                   for): chi-square counts per outcome, acceptance by draft position
+    acceptance.py  the exact per-position acceptance Σ min(p, q) of the rounds a run made
+    collect.py     the pytest side: the report directory's check, the records of each test, the
+                   run's header, the JSON
+    figures.py     the pictures (matplotlib, SVG)
+    page.py        index.html from the JSON
+    grid.py        the engine x method x family matrix of ``make engines``
+"""
