@@ -47,7 +47,7 @@ def alpha(case, context: tuple) -> float:
     else:
         p = probs_from_logits(p_logits.double(), case.temperature, case.top_k, case.top_p)
         q = probs_from_logits(q_logits.double(), case.temperature, case.top_k, case.top_p)
-        value = float(torch.minimum(p, q).sum())
+        value = min(1.0, float(torch.minimum(p, q).sum()))   # rounding can pass 1 by 1e-16
     if len(_alpha) > CACHE:
         _alpha.clear()
     _alpha[key] = value

@@ -42,14 +42,15 @@ def start_test() -> None:
 
 
 def take() -> list:
-    """The records of the test that just ran, each once (Hypothesis replays a failing example
-    at the end, which records the same check a second time)."""
-    seen, out = set(), []
+    """The records of the test that just ran, each once. Hypothesis replays the failing
+    example it reports at the end, which records its checks a second time: the last copy is
+    kept, so the reported example is the last one ("example" counts the plans made before a
+    record: the records of one example share it)."""
+    latest = {}
     for record in _records:
-        key = json.dumps(record, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out.append(record)
+        latest[json.dumps({k: v for k, v in record.items() if k != "example"},
+                          sort_keys=True)] = record
+    out = sorted(latest.values(), key=lambda r: _records.index(r))
     _records.clear()
     _plans.clear()
     return out
@@ -59,7 +60,14 @@ def _add(record: dict) -> None:
     global dropped
     if len(_records) >= MAX_RECORDS:
         dropped += 1
-        return
+        if record.get("passed", True):
+            return
+        # a failing check is what the report is for: it replaces the oldest passing one
+        passing = next((r for r in _records if r.get("passed", True)), None)
+        if passing is None:
+            return
+        _records.remove(passing)
+    record["example"] = len(_plans)
     _records.append(record)
 
 

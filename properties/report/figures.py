@@ -25,8 +25,10 @@ _STYLE = {"svg.fonttype": "none", "svg.hashsalt": "kit-report", "font.size": 9,
 
 
 def _svg(fig: Figure) -> bytes:
+    """Saved with the margins each picture set (a "tight" bounding box draws the figure twice,
+    the larger part of a picture's cost)."""
     out = io.BytesIO()
-    fig.savefig(out, format="svg", bbox_inches="tight")
+    fig.savefig(out, format="svg")
     plt.close(fig)
     return out.getvalue()
 
@@ -46,21 +48,25 @@ def distribution(record: dict) -> bytes:
     nb = max(record.get("n_b", 1), 1)
     count = len(cells) + len(impossible)
     with matplotlib.rc_context(_STYLE):
-        fig = plt.figure(figsize=(min(max(5.5, 0.22 * count + 2.5), 16), 3.6))
+        fig = plt.figure(figsize=(min(max(6.5, 0.2 * count + 3.6), 16), 3.6))
         ax = fig.add_subplot()
         xs = range(len(cells))
-        for i, cell in enumerate(cells):
-            pooled = cell["members"] > 1 or cell.get("rest")
-            colour = WORST if cell["top"] and not record["passed"] else (
-                POOLED if pooled else OBSERVED)
-            width = 0.4 if two else 0.8
-            bar = ax.bar(i - (0.2 if two else 0), cell["observed"] / n, width, color=colour,
-                         hatch="//" if pooled else None, edgecolor="white", linewidth=0.3)[0]
+        pooled = [c["members"] > 1 or bool(c.get("rest")) for c in cells]
+        colours = [WORST if c["top"] and not record["passed"] else POOLED if pool else OBSERVED
+                   for c, pool in zip(cells, pooled)]
+        width = 0.4 if two else 0.8
+        # one bar call for all cells (a call per bar costs more than the drawing itself)
+        bars = ax.bar([i - (0.2 if two else 0) for i in xs], [c["observed"] / n for c in cells],
+                      width, color=colours, edgecolor="white", linewidth=0.3)
+        for i, (bar, pool) in enumerate(zip(bars, pooled)):
             bar.set_gid(f"obs-{i}")
-            if two:
-                other = ax.bar(i + 0.2, cell["observed_b"] / nb, 0.4, color="#9a9a9a",
-                               edgecolor="white", linewidth=0.3)[0]
-                other.set_gid(f"obsb-{i}")
+            if pool:
+                bar.set_hatch("//")
+        if two:
+            others = ax.bar([i + 0.2 for i in xs], [c["observed_b"] / nb for c in cells], 0.4,
+                            color="#9a9a9a", edgecolor="white", linewidth=0.3)
+            for i, bar in enumerate(others):
+                bar.set_gid(f"obsb-{i}")
         exact = [cell["expected"] / n for cell in cells]
         spread = [Z99 * math.sqrt(max(p * (1 - p), 0.0) / n) for p in exact]
         ax.errorbar(list(xs), exact, yerr=spread, fmt="_", color=EXACT, markersize=12,
@@ -70,6 +76,19 @@ def distribution(record: dict) -> bytes:
         for j, cell in enumerate(impossible):
             bar = ax.bar(len(cells) + j, cell["observed"] / n, 0.8, color=WORST)[0]
             bar.set_gid(f"imp-{j}")
+        # the cell that stands for the rest of a large outcome space can dwarf the others:
+        # the axis is scaled to the cells shown one by one, and a taller bar says its value
+        rest = [i for i, c in enumerate(cells) if c.get("rest")]
+        single = [i for i in range(len(cells)) if i not in rest]
+        if rest and single:
+            top = max(max(cells[i]["observed"] / n, exact[i] + spread[i]) for i in single)
+            top = max([top] + [c["observed"] / n for c in impossible]) * 1.25
+            for i in rest:
+                value = max(cells[i]["observed"] / n, exact[i])
+                if value > top:
+                    ax.annotate(f"{cells[i]['observed'] / n:.3f} (exact {exact[i]:.3f}) ↑",
+                                (i, top * 0.97), ha="right", va="top", fontsize=7)
+            ax.set_ylim(0, top)
         labels = [_short(c["label"]) for c in cells] + [_short(c["label"]) + " (p=0)"
                                                          for c in impossible]
         ax.set_xticks(range(count))
@@ -78,10 +97,11 @@ def distribution(record: dict) -> bytes:
                            fontsize=7 if count > 12 else 8)
         ax.set_ylabel("probability")
         ax.set_xlim(-0.7, count - 0.3)
-        handles = [plt.Rectangle((0, 0), 1, 1, color=OBSERVED),
-                   plt.Rectangle((0, 0), 1, 1, color=POOLED, hatch="//")]
-        names = ["observed " + ("(speculative outputs)" if two else "frequency"),
-                 "pooled cells (several outcomes)"]
+        handles = [plt.Rectangle((0, 0), 1, 1, color=OBSERVED)]
+        names = ["observed " + ("(speculative outputs)" if two else "frequency")]
+        if any(pooled):
+            handles.append(plt.Rectangle((0, 0), 1, 1, color=POOLED, hatch="//"))
+            names.append("pooled cells (several outcomes)")
         if two:
             handles.append(plt.Rectangle((0, 0), 1, 1, color="#9a9a9a"))
             names.append("observed (the engine's own sampler)")
@@ -93,6 +113,10 @@ def distribution(record: dict) -> bytes:
                   names + [ax.get_legend_handles_labels()[1][0]], fontsize=7, frameon=False,
                   loc="upper left", bbox_to_anchor=(1.0, 1.0))   # beside the bars, never on them
         ax.set_title(title(record), fontsize=9, loc="left")
+        # room for the rotated labels below and the legend on the right, in inches
+        width, height = fig.get_size_inches()
+        fig.subplots_adjust(left=0.7 / width, right=1 - 2.6 / width, top=1 - 0.35 / height,
+                            bottom=(1.25 if count > 6 else 0.45) / height)
         return _svg(fig)
 
 
@@ -116,7 +140,7 @@ def acceptance(merged: dict) -> bytes:
                                           gridspec_kw={"width_ratios": [3, 1.2]})
         js = [i + 1 for i in range(len(positions))]
         exact = [p["exact"] / p["reached"] for p in positions]
-        half = [Z99 * math.sqrt(p["var"]) / p["reached"] for p in positions]
+        half = [Z99 * math.sqrt(max(p["var"], 0.0)) / p["reached"] for p in positions]
         measured = [p["accepted"] / p["reached"] for p in positions]
         left.fill_between(js, [max(0, e - h) for e, h in zip(exact, half)],
                           [min(1, e + h) for e, h in zip(exact, half)], color="#cccccc",
@@ -134,7 +158,7 @@ def acceptance(merged: dict) -> bytes:
         left.legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 0.08))
         rounds = max(merged["rounds"], 1)
         tpc, want = merged["tokens"] / rounds, merged["exact_tokens"] / rounds
-        err = Z99 * math.sqrt(merged["var_tokens"]) / rounds
+        err = Z99 * math.sqrt(max(merged["var_tokens"], 0.0)) / rounds
         right.bar([0], [tpc], 0.6, color=OBSERVED)[0].set_gid("tpc-measured")
         right.bar([1], [want], 0.6, color="#bbbbbb", yerr=[err], capsize=4)[0].set_gid(
             "tpc-exact")
@@ -147,6 +171,7 @@ def acceptance(merged: dict) -> bytes:
                            xytext=(0, 2), textcoords="offset points")
         fig.suptitle(f"{merged['runs']} runs, {merged['rounds']} rounds, "
                      f"{merged['tokens']} tokens", fontsize=9, x=0.02, ha="left")
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.25)
         return _svg(fig)
 
 
@@ -167,6 +192,7 @@ def served_acceptance(records: list) -> bytes:
         ax.set_xlabel("request")
         ax.set_ylabel("acceptance rate")
         ax.legend(fontsize=7, frameon=False, loc="upper left")
+        fig.subplots_adjust(left=0.12, right=0.97, bottom=0.16, top=0.95)
         return _svg(fig)
 
 
@@ -188,4 +214,5 @@ def speed(measured: dict) -> bytes:
         ax.set_title(f"speed-up {measured.get('speedup', float('nan')):.3f}x "
                      f"({tokens} tokens per turn, one request at a time)", fontsize=9, loc="left")
         ax.legend(fontsize=7, frameon=False)
+        fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.88)
         return _svg(fig)

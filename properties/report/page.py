@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 from properties import families as kit_families
 from properties import statistics
@@ -46,15 +47,16 @@ SELF_CHECK = """
 window.addEventListener("load", function () {
   var images = Array.prototype.slice.call(document.images);
   var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  var failed = document.querySelectorAll("[data-figure-error]").length;
   var v = document.getElementById("verdict"), r = v.getBoundingClientRect(), s = getComputedStyle(v);
   var visible = r.width > 0 && r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight &&
       s.visibility !== "hidden" && s.display !== "none" && parseFloat(s.opacity) > 0;
   var out = document.getElementById("kit-self-check");
   out.setAttribute("data-images", images.length);
-  out.setAttribute("data-broken", broken.length);
+  out.setAttribute("data-broken", broken.length + failed);
   out.setAttribute("data-verdict-visible", visible ? "yes" : "no");
   out.textContent = "page self-check: " + images.length + " images, " + broken.length +
-      " not loaded; verdict " + (visible ? "on screen" : "NOT on screen");
+      " not loaded, " + failed + " not drawn; verdict " + (visible ? "on screen" : "NOT on screen");
 });
 """
 
@@ -63,7 +65,14 @@ def esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _img(svg: bytes, alt: str, cls: str = "") -> str:
+def _img(draw, record, alt: str, cls: str = "") -> str:
+    """One picture as a data URI. A picture that cannot be drawn says so in its place (the
+    page and its JSON are still written, and the page's self-check counts it)."""
+    try:
+        svg = draw(record)
+    except Exception as exc:   # noqa: BLE001 - any drawing error, shown where the picture was
+        return (f'<p class="figure-error" data-figure-error="1">this picture could not be '
+                f'drawn: {esc(type(exc).__name__)}: {esc(exc)}</p>')
     data = base64.b64encode(svg).decode("ascii")
     return f'<img class="{cls}" alt="{esc(alt)}" src="data:image/svg+xml;base64,{data}">'
 
@@ -106,7 +115,18 @@ def _cells_table(record: dict) -> str:
     return f'<table class="cells">{head}{"".join(rows)}</table>{note}'
 
 
-def _distribution(record: dict, number: int) -> str:
+def reported_example(gofs: list, message: str = ""):
+    """The example a failing test's message reports. Its checks' summaries state their n
+    ("n = 5742"), which singles it out; else the last example with a failing check
+    (Hypothesis replays the example it reports last, and the recorder keeps that copy)."""
+    failing = [r for r in gofs if not r["passed"]]
+    stated = {int(m) for m in re.findall(r"\bn ?= ?([0-9]+)\b", message or "")}
+    named = [r for r in failing if r["n"] in stated]
+    chosen = named or failing
+    return chosen[-1].get("example") if chosen else None
+
+
+def _distribution(record: dict, number: int, reported: bool = False) -> str:
     record = dict(record, power=power(record))
     two = record["kind"] == "two_sample"
     what = ("two-sample χ² test of homogeneity: speculative outputs vs the engine's own sampler"
@@ -125,8 +145,10 @@ def _distribution(record: dict, number: int) -> str:
     verdict = "passed" if record["passed"] else "FAILED"
     return (f'<figure class="evidence {record["kind"]} {verdict.lower()}" data-check="{number}" '
             f'data-n="{record["n"]}" data-passed="{str(record["passed"]).lower()}">'
-            + _img(figures.distribution(record), f"check {number}: observed vs exact")
-            + f'<figcaption>check {number}: {what}: <b>{verdict}</b>; '
+            + _img(figures.distribution, record, f"check {number}: observed vs exact")
+            + f'<figcaption>check {number}: {what}: <b>{verdict}</b>'
+            + (" (in the failing example the message above reports)" if reported else "")
+            + "; "
             + "; ".join(f for f in facts if f) + "</figcaption>"
             + _cells_table(record) + "</figure>")
 
@@ -153,7 +175,7 @@ def _acceptance(records: list) -> str:
     if merged is None or not any(p["reached"] for p in merged["positions"]):
         return ""
     return ('<figure class="evidence acceptance">'
-            + _img(figures.acceptance(merged), "acceptance by draft position")
+            + _img(figures.acceptance, merged, "acceptance by draft position")
             + "<figcaption>acceptance by draft position over this test's runs: measured "
               "(accepted / rounds that reached the position) against the exact expectation, "
               "the mean of Σ min(p, q) at the contexts those rounds reached, with a 99% "
@@ -166,7 +188,7 @@ def _served_acceptance(records: list) -> str:
     if not rows:
         return ""
     return ('<figure class="evidence served-acceptance">'
-            + _img(figures.served_acceptance(rows), "served acceptance per request")
+            + _img(figures.served_acceptance, rows, "served acceptance per request")
             + "<figcaption>the engine's own counters per greedy request beside the exact replay "
               "of the same request</figcaption></figure>")
 
@@ -185,10 +207,13 @@ def _test(nodeid: str, entry: dict) -> str:
             esc(line) for line in entry["replay"]) + "</pre>")
     records = entry.get("evidence", [])
     gofs = [r for r in records if r["kind"] in ("gof", "two_sample")]
-    # a failing test shows its failing checks first, open; passing ones are one click away
-    order = sorted(range(len(gofs)), key=lambda i: gofs[i]["passed"])
+    reported = reported_example(gofs, entry.get("message", ""))
+    # a failing test shows the example its message reports first, its failing checks first
+    order = sorted(range(len(gofs)), key=lambda i: (gofs[i].get("example") != reported,
+                                                    gofs[i]["passed"], i))
     pictures = [_acceptance(records), _served_acceptance(records)]
-    pictures += [_distribution(gofs[i], i + 1) for i in order]
+    pictures += [_distribution(gofs[i], i + 1, gofs[i].get("example") == reported)
+                 for i in order]
     pictures = [p for p in pictures if p]
     if pictures:
         # a failing test shows all its pictures; a passing one its first (the most telling:
@@ -233,7 +258,7 @@ def _served(served: dict) -> str:
                      f'{spec.get("accepted", 0):g} accepted ({esc(spec.get("source", ""))})</p>')
     measured = served.get("speed") or {}
     if measured.get("spec_seconds"):
-        parts.append('<figure class="evidence speed">' + _img(figures.speed(measured), "speed")
+        parts.append('<figure class="evidence speed">' + _img(figures.speed, measured, "speed")
                      + "<figcaption>speculating vs baseline throughput, measured in the same run "
                        "(the same greedy requests, in alternating turns, the other server paused)"
                        "</figcaption></figure>")
