@@ -33,13 +33,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from properties import families, guards, harness, profiles, statistics
+from properties import families, guards, harness, profiles, progress, statistics
 from properties.impl import LEVELS, ImplError, load
 from properties.report import collect, evidence
 
 OUTCOMES = ("passed", "failed", "not_applicable", "xfailed", "xpassed")
 _RANK = {"passed": 0, "not_applicable": 1, "xfailed": 2, "xpassed": 3, "failed": 4}
-PROGRESS_EVERY = 30.0    # seconds between progress lines of one family
 
 
 class KitWarning(UserWarning):
@@ -227,6 +226,8 @@ def pytest_collection_finish(session):
     if hasattr(config, "_kit_impl"):
         config._kit_planned = {i.nodeid: item_family(i) for i in session.items
                                if item_family(i) is not None}
+        config._kit_examples = {i.nodeid: progress.planned_examples(i) for i in session.items
+                                if item_family(i) is not None}
         if not hasattr(config, "workerinput"):
             _write_json(config, None)
 
@@ -325,6 +326,7 @@ class _Recorder:
     def __init__(self, config):
         self.config = config
         self.family_started = {}     # family -> (start time, last progress line time)
+        self.ticker = None           # progress.Ticker, started with the first test
 
     def pytest_runtest_logreport(self, report):
         config = self.config
@@ -366,8 +368,11 @@ class _Recorder:
         self._progress(family, report)
 
     def _progress(self, family, report):
+        """A family's line when a test of it ends, at most every progress.EVERY seconds (and
+        when the family is done, if it ran long): examples done of those planned where the
+        items are known (without xdist), else tests."""
         config = self.config
-        if hasattr(config, "workerinput"):
+        if progress.quiet(config):
             return
         tr = config.pluginmanager.get_plugin("terminalreporter")
         now = time.monotonic()
@@ -375,17 +380,50 @@ class _Recorder:
         planned = [n for n, f in config._kit_planned.items()
                    if (f or config._kit_outcomes.get(n, (None,))[0]) == family]
         done = [n for n in planned if n in config._kit_outcomes]
-        if tr is None or not planned or (now - last < PROGRESS_EVERY and len(done) < len(planned)):
+        finished = len(done) == len(planned)
+        if not planned or (now - last < progress.EVERY and not finished):
             return
-        if now - started < PROGRESS_EVERY and now - last < PROGRESS_EVERY:
+        if now - started < progress.EVERY and now - last < progress.EVERY:
             return  # a quick family needs no progress line
         self.family_started[family] = (started, now)
-        elapsed = now - started
-        left = elapsed / len(done) * (len(planned) - len(done)) if done else 0.0
-        tr.write_line(f"[kit] {family}: {len(done)}/{len(planned)} tests done, "
-                      f"{config._kit_calls:,} engine calls so far in the run, {elapsed:.0f} s "
-                      + (f"in this family; about {left:.0f} s left in it" if len(done) <
-                         len(planned) else "in this family: done"))
+        examples = getattr(config, "_kit_examples", {})
+        total = sum(examples.get(n, 1) for n in planned)
+        made = sum(examples.get(n, 1) for n in done)
+        tr.write_line(progress.family_line(family, made, total, len(done), len(planned),
+                                           now - started, config._kit_calls))
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        """The live ticker, in a process that runs the tests itself (not an xdist controller,
+        which sees calls only when a test ends, nor a worker, which must not print)."""
+        config = self.config
+        if nodeid not in config._kit_planned:
+            return
+        if self.ticker is None:
+            if (progress.quiet(config) or config.pluginmanager.get_plugin("dsession")
+                    is not None):
+                return
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            capture = config.pluginmanager.get_plugin("capturemanager")
+
+            def write(text):
+                # the test's output is being captured: the line goes past it, to the terminal
+                if capture is None:
+                    tr.write_line(text)
+                    return
+                with capture.global_and_fixture_disabled():
+                    tr.write_line(text)
+
+            self.ticker = progress.Ticker(write, lambda: harness.calls_made)
+        self.ticker.begin(nodeid, config._kit_planned[nodeid] or "kit",
+                          getattr(config, "_kit_examples", {}).get(nodeid, 1))
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if self.ticker is not None:
+            self.ticker.end()
+
+    def pytest_sessionfinish(self):
+        if self.ticker is not None:
+            self.ticker.stop()
 
 
 def _first_cause_line(report) -> str:

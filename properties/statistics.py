@@ -31,6 +31,7 @@ from typing import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from properties import progress
 from properties.report import evidence   # the report's recorder: one flag test when it is off
 
 FAMILYWISE_ALPHA = 1e-3
@@ -188,6 +189,7 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     the_plan = Plan(n=n, df=df, delta=delta, power=power_lower_bound(n, df, delta, alpha),
                     alpha=alpha)
     evidence.planned(the_plan)
+    progress.planned(the_plan.n)
     return the_plan
 
 
@@ -309,6 +311,7 @@ def two_sample_plan(probs, delta: float, alpha: float = ALPHA, power: float = PO
     the_plan = Plan(n=n, df=df, delta=delta, alpha=alpha, power=float(
         stats.ncx2.sf(critical_value(df, alpha), df, 2 * n * delta * delta)))
     evidence.planned(the_plan)
+    progress.planned(the_plan.n)
     return the_plan
 
 
