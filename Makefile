@@ -89,7 +89,8 @@ $(LLAMA_SERVER): | $(STAMP)
 engine-llamacpp: $(STAMP) $(LLAMA_SERVER)
 	$(LLAMA_SERVER) --version 2>&1 | head -1
 
-# The kit on every engine and method that runs here; results in $(RESULTS) and its .md table.
+# The kit on every engine and method that runs here; results in $(RESULTS) and its .md table,
+# each run's report page in its run directory, and the matrix linking them (runs/engines.html).
 ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
 	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
 	transformers:prompt-lookup
@@ -98,7 +99,8 @@ engines: $(STAMP) engine-vllm engine-llamacpp
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
 			--known-failures properties/known/$$engine.txt || status=1; \
-	done; cat $(basename $(RESULTS)).md; exit $$status
+	done; cat $(basename $(RESULTS)).md; \
+	$(PY) -m properties.report grid $(RESULTS) || status=1; exit $$status
 
 # What CI runs after make test: vLLM and llama.cpp with the early-exit draft model.
 ci-engines: $(STAMP) engine-vllm engine-llamacpp

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from properties.report import collect
 from properties.serve import deaths, engines, export, speed
 from properties.serve.engines import EngineMissing
 from properties.serve.server import LaunchError, Server
@@ -138,7 +139,8 @@ def _pytest_args(engine, method, spec_url, base_url, run_dir, families, extra):
     args = ["properties/", f"--impl=openai:{spec_url}", f"--baseline={base_url}",
             f"--served-engine={engine.name}", f"--served-draft={method.draft}",
             f"--served-k={method.k}", f"--kit-families={families}",
-            f"--conformance-json={run_dir / 'conformance.json'}", "-p", "no:cacheprovider",
+            f"--conformance-json={run_dir / 'conformance.json'}",
+            f"--kit-report={run_dir / 'report'}", "-p", "no:cacheprovider",
             "-q", "-rfE", f"--rootdir={ROOT}", "-o", "addopts=--benchmark-disable"]
     return args + list(engine.kit_args) + list(extra)
 
@@ -224,6 +226,11 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         for server in (spec, base):
             server.stop()
         signal.signal(signal.SIGTERM, previous)
+        # the kit's page gets what was measured after its tests, from this same run
+        page = collect.add_served(run_dir / "report", {k: v for k, v in record.items()
+                                                         if k not in ("summary", "known")})
+        if page is not None:
+            record["report"] = str(page)
         (run_dir / "result.json").write_text(json.dumps(record, indent=2, sort_keys=True))
     _print_outcome(record, outcome, say)
     outcome.summary = record
@@ -262,6 +269,8 @@ def _print_outcome(record: dict, outcome: Outcome, say) -> None:
             f"({s['tokens']} tokens per server per turn, {s['turns']} turns each)")
     say(f"verdict for {record['engine']} {record.get('version', '?')} / {record['method']}: "
         f"{outcome.text}")
+    if record.get("report"):
+        say(f"report: {record['report']}")
 
 
 def main(args) -> int:

@@ -1,0 +1,78 @@
+"""The matrix of ``make engines`` as a page: a row per engine and method, a coloured cell per
+served family, each row linking to that run's own report.
+
+Built from the results file the runs append to (runs/engines.json, properties.serve.run), so
+it shows what those runs found, nothing more; a run without a report page (an older run, or one
+that could not start) has its row without a link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from properties.report.page import esc
+
+FAMILIES = ("served_greedy", "served_sequence", "served_bounds", "served_perfect_draft")
+COLOURS = {"passed": "#cdeccf", "failed": "#f6c3bf", "known": "#fde2b3", "n/a": "#e6e6e6",
+           "none": "#ffffff"}
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 16px 24px; color: #1d1d1d; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 6px 10px; }
+th { background: #f3f3f3; } td.cell { text-align: center; min-width: 120px; }
+.legend span { display: inline-block; padding: 2px 10px; margin-right: 8px; border: 1px solid #ccc; }
+"""
+
+
+def cell(run: dict, family: str) -> tuple[str, str]:
+    """(state, text) of one family in one run: passed, failed, known (every failure listed in
+    the engine's known-failures file), n/a, or none (not run)."""
+    entry = run.get("summary", {}).get(family)
+    if not entry:
+        return "none", "-"
+    known = [n for n in entry["failures"] if any(k["test"] == n.split("[")[0]
+                                                  for k in run.get("known", []))]
+    if entry["failed"] and len(known) == entry["failed"]:
+        return "known", f"known ({entry['failed']})"
+    if entry["failed"]:
+        return "failed", f"FAILED ({entry['failed']})"
+    if entry["passed"]:
+        return "passed", f"passed ({entry['passed']})"
+    reason = entry["reasons"][0] if entry.get("reasons") else "not applicable"
+    return "n/a", reason[:60]
+
+
+def render(runs: list, base: Path) -> str:
+    rows = []
+    for run in runs:
+        report = run.get("report")
+        link = os.path.relpath(report, base) if report and Path(report).exists() else None
+        name = f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])}"
+        head = f'<a href="{esc(link)}">{name}</a>' if link else name
+        cells = []
+        for family in FAMILIES:
+            state, text = cell(run, family)
+            cells.append(f'<td class="cell" data-state="{state}" style="background:'
+                         f'{COLOURS[state]}">{esc(text)}</td>')
+        speed = (run.get("speed") or {}).get("speedup")
+        rows.append(f"<tr><td>{head}</td>{''.join(cells)}<td>{esc(run.get('verdict_text', ''))}"
+                    f"</td><td>{'' if speed is None else f'{speed:.2f}x'}</td></tr>")
+    legend = "".join(f'<span style="background:{c}">{esc(s)}</span>' for s, c in COLOURS.items()
+                     if s != "none")
+    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>kit: engines</title><style>{STYLE}</style></head><body>"
+            "<h1>The kit on the production engines</h1>"
+            f'<p class="legend">{legend}</p><table><tr><th>engine / method</th>'
+            + "".join(f"<th>{f}</th>" for f in FAMILIES)
+            + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table></body></html>")
+
+
+def write(results: str | Path, out: str | Path | None = None) -> Path:
+    results = Path(results)
+    if not results.is_file():
+        raise FileNotFoundError(f"results={results}: no such file (written by python -m "
+                                f"properties.serve run ... --results {results})")
+    out = Path(out) if out else results.with_suffix(".html")
+    out.write_text(render(json.loads(results.read_text()), out.parent))
+    return out
