@@ -188,7 +188,12 @@ def served_acceptance(records: list) -> bytes:
                label="the engine's counters: accepted / drafted")
         ax.bar([x + 0.2 for x in xs], exact, 0.4, color="#bbbbbb",
                label="exact replay (greedy: Σ min(p, q) is 0 or 1 per position)")
+        for x, r in zip(xs, records):
+            if not r["drafted"] and not r["drafted_exact"]:
+                ax.annotate("nothing drafted", (x, 0.02), ha="center", fontsize=7, rotation=90)
         ax.set_ylim(0, 1.25)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([str(x + 1) for x in xs])
         ax.set_xlabel("request")
         ax.set_ylabel("acceptance rate")
         ax.legend(fontsize=7, frameon=False, loc="upper left")

@@ -1,0 +1,53 @@
+"""The engines' matrix page (properties.report.grid) from a results file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from properties.report import grid
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(engine, method, summary, report=None, known=()):
+    return {"engine": engine, "version": "1", "method": method, "summary": summary,
+            "known": [{"test": t} for t in known], "verdict_text": "v", "report": report,
+            "speed": {"speedup": 0.5}}
+
+
+def _family(passed=0, failed=(), reasons=()):
+    return {"passed": passed, "failed": len(failed), "not_applicable": 0, "xfailed": 0,
+            "failures": {n: "cause" for n in failed}, "reasons": list(reasons)}
+
+
+def test_cells_are_coloured_by_state_and_rows_link_their_reports(tmp_path):
+    page = tmp_path / "a" / "report" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    failing = "properties/test_served_sequence.py::test_x"
+    runs = [_run("vllm", "ngram", {"served_greedy": _family(passed=3),
+                                   "served_sequence": _family(failed=[failing + "[1]"])},
+                 report=str(page), known=[failing]),
+            _run("llamacpp", "ngram", {"served_bounds": _family(failed=["t::u"]),
+                                       "served_perfect_draft": _family(reasons=["n/a: x"])})]
+    results = tmp_path / "engines.json"
+    results.write_text(json.dumps(runs))
+    done = subprocess.run([sys.executable, "-m", "properties.report", "grid", str(results)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    text = results.with_suffix(".html").read_text()
+    assert 'href="a/report/index.html"' in text            # relative to the matrix page
+    states = [grid.cell(r, f)[0] for r in runs for f in grid.FAMILIES]
+    assert states == ["passed", "known", "none", "none", "none", "none", "failed", "n/a"]
+    for state in ("passed", "known", "failed", "n/a"):
+        assert f'data-state="{state}" style="background:{grid.COLOURS[state]}"' in text
+
+
+def test_a_missing_results_file_is_named(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "properties.report", "grid",
+                           str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and f"results={tmp_path / 'none.json'}: no such file" in done.stderr
