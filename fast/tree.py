@@ -52,21 +52,24 @@ class TreeShape:
             previous = level
         size = len(parent)                     # root + nodes
         inner = len(first_child)               # nodes with children: 0 .. inner - 1 (BFS)
-        ancestors = torch.zeros(size, size, dtype=torch.bool)
-        path = torch.zeros(size, len(self.branching) + 1, dtype=torch.long)
+        # Built as lists, then one tensor each: element-wise tensor writes cost microseconds
+        # apiece, and a shape is built on every call of the eager engine.
+        ancestors = [[False] * size for _ in range(size)]
+        path = [[0] * (len(self.branching) + 1) for _ in range(size)]
         for i in range(size):
             j = i
             while j >= 0:
-                ancestors[i, j] = True
-                path[i, depth[j]] = j
+                ancestors[i][j] = True
+                path[i][depth[j]] = j
                 j = parent[j]
-            path[i, depth[i] + 1:] = i         # past a node's depth: itself (moved, then dead)
+            for d in range(depth[i] + 1, len(self.branching) + 1):
+                path[i][d] = i                 # past a node's depth: itself (moved, then dead)
         self.size, self.inner, self.depth_max, self.levels = size, inner, len(self.branching), levels
         self.parent = torch.tensor([max(p, 0) for p in parent], device=device)     # [size]
         self.depth = torch.tensor(depth, device=device)                          # [size]
         self.first_child = torch.tensor(first_child + [0] * (size - inner), device=device)  # [size]
-        self.ancestors = ancestors.to(device)                                    # [size, size]
-        self.path = path.to(device)                                              # [size, D + 1]
+        self.ancestors = torch.tensor(ancestors, dtype=torch.bool, device=device)  # [size, size]
+        self.path = torch.tensor(path, dtype=torch.long, device=device)          # [size, D + 1]
 
 
 def check_tree(tree, vocab_size: int) -> tuple:

@@ -130,6 +130,11 @@ def watch_reseeding(calls: list):
 
 # --------------------------------------------------------------------------- weights
 
+def _owner(model):
+    module = getattr(model, "module", None)
+    return module if isinstance(module, torch.nn.Module) else model
+
+
 def _owner_and_tensors(model):
     """The object that owns a kit model's weights, and its (name, tensor) pairs."""
     module = getattr(model, "module", None)
@@ -150,9 +155,11 @@ def remember(models) -> None:
     """Copy the weights of `models` ((role, model) pairs) the first time the kit sees them,
     before any call into the implementation."""
     for _, model in models:
-        owner, tensors = _owner_and_tensors(model)
+        owner = _owner(model)
         seen = _PRISTINE.get(id(owner))
         if seen is None or seen[0] is not owner:
+            # (listing the tensors costs a state_dict walk: only for an owner not seen before)
+            _, tensors = _owner_and_tensors(model)
             _PRISTINE[id(owner)] = (owner, [(name, t, t.detach().clone()) for name, t in tensors])
 
 
@@ -160,8 +167,17 @@ def changed_weights(models) -> list[str]:
     """The weights of `models` that differ from their pristine copies (role: name)."""
     changed = []
     for role, model in models:
-        owner, _ = _owner_and_tensors(model)
-        for name, live, copy in _PRISTINE.get(id(owner), (None, ()))[1]:
+        owner, now = _owner_and_tensors(model)
+        entry = _PRISTINE.get(id(owner))
+        if entry is None or entry[0] is not owner:
+            continue  # never remembered: nothing to compare with
+        seen = entry[1]
+        # a parameter replaced by another tensor (not edited in place) also changes the weights
+        if len(now) != len(seen) or any(a is not b for (_, a), (_, b, _) in zip(now, seen)):
+            replaced = [name for (name, a), (_, b, _) in zip(now, seen) if a is not b]
+            changed.extend(f"{role}: {name} (replaced)" for name in replaced or ["(structure)"])
+            continue
+        for name, live, copy in seen:
             if live.shape != copy.shape or not torch.equal(live.detach(), copy):
                 changed.append(f"{role}: {name}")
     return changed

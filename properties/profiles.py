@@ -67,18 +67,30 @@ def deterministic(scale: float = 1.0) -> settings:
     return settings(max_examples=n)
 
 
-def statistical(checks: int, scale: float = 1.0):
+def generated_examples(scale: float, profile: str, explicit_only_unless_thorough=False) -> int:
+    """Generated examples of a statistical property in `profile`: its share (scale) of the
+    profile's count, at least one; none outside `thorough` for a property whose explicit
+    (canonical) examples are each sized for a small deviation and too costly to add to in a
+    quick profile."""
+    if explicit_only_unless_thorough and profile != "thorough":
+        return 0
+    return max(1, round(STATISTICAL_EXAMPLES[profile] * scale))
+
+
+def statistical(checks: int, scale: float = 1.0, explicit_only_unless_thorough: bool = False):
     """Decorator for a statistical property that makes `checks` chi-square checks per example:
     few examples and no shrinking (each example is thousands of samples; a shrink step would
     cost as much as an example). The count is recorded on the test for the alpha budget
     (tests/test_statistics.py adds them up for every profile)."""
-    n = max(1, round(STATISTICAL_EXAMPLES[current()] * scale))
-    applied = settings(max_examples=n, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+    n = generated_examples(scale, current(), explicit_only_unless_thorough)
+    phases = (Phase.explicit, Phase.reuse, Phase.generate) if n else (Phase.explicit,)
+    applied = settings(max_examples=max(1, n), phases=phases)
 
     def decorate(test):
         test = applied(test)
         test.kit_checks_per_example = checks
         test.kit_examples_scale = scale
+        test.kit_explicit_only_unless_thorough = explicit_only_unless_thorough
         return test
 
     return decorate

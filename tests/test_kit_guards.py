@@ -124,3 +124,18 @@ def test_a_cache_kept_from_an_earlier_call_is_reported():
     assert first.error is None
     second = run_engine(impl, case)
     assert second.error is not None and "a cache from an earlier call" in second.describe_error()
+
+
+def test_a_replaced_parameter_is_reported_and_the_models_rebuilt():
+    """Not an in-place edit: the engine swaps a parameter of the kit's model for a new tensor
+    (which comparing the remembered tensors with their copies would not see)."""
+    spec = Qwen3Spec(5, seed=41)
+    target, draft = build_pair(spec, DraftSpec("random", 1))
+    pristine = qwen3_module(spec).lm_head.weight.clone()
+
+    def swaps(target):
+        target.module.lm_head.weight = torch.nn.Parameter(torch.zeros_like(pristine))
+
+    with pytest.raises(EngineFault, match=r"modified the weights.*target: lm_head.weight \(replaced\)"):
+        invoke(impl_of(f=swaps), "f", target, models=(("target", target), ("draft", draft)))
+    assert torch.equal(qwen3_module(spec).lm_head.weight, pristine), "the kit kept the swapped weight"

@@ -222,16 +222,17 @@ def _statistical_tests():
             fn = getattr(module, name)
             if name.startswith("test_") and hasattr(fn, "kit_checks_per_example"):
                 explicit = len(getattr(fn.hypothesis.inner_test, "hypothesis_explicit_examples", ()))
-                yield name, fn.kit_checks_per_example, fn.kit_examples_scale, explicit
+                yield (name, fn.kit_checks_per_example, fn.kit_examples_scale, explicit,
+                       fn.kit_explicit_only_unless_thorough)
             elif name.startswith("test_") and hasattr(fn, "kit_fixed_checks"):
-                yield name, fn.kit_fixed_checks, 0.0, 1
+                yield name, fn.kit_fixed_checks, 0.0, 1, False
 
 
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_alpha_budget_holds_in_every_profile(profile):
     total = 0
-    for name, checks, scale, explicit in _statistical_tests():
-        generated = max(1, round(profiles.STATISTICAL_EXAMPLES[profile] * scale)) if scale else 0
+    for name, checks, scale, explicit, explicit_only in _statistical_tests():
+        generated = profiles.generated_examples(scale, profile, explicit_only) if scale else 0
         # the example database may replay up to as many stored examples as a run generates
         total += checks * (explicit + 2 * generated)
     assert total <= statistics.MAX_CHECKS_PER_RUN, (profile, total)
