@@ -136,7 +136,7 @@ def acceptance(merged: dict) -> bytes:
     interval), and tokens per target call measured against its exact expectation."""
     positions = [p for p in merged["positions"] if p["reached"] > 0]
     with matplotlib.rc_context(_STYLE):
-        fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.2),
+        fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.7),
                                           gridspec_kw={"width_ratios": [3, 1.2]})
         js = [i + 1 for i in range(len(positions))]
         exact = [p["exact"] / p["reached"] for p in positions]
@@ -155,7 +155,8 @@ def acceptance(merged: dict) -> bytes:
         left.set_xticks(js)
         left.set_xlabel("draft position (numbers: rounds that reached it)")
         left.set_ylabel("acceptance probability")
-        left.legend(fontsize=7, frameon=False, loc="lower left", bbox_to_anchor=(0, 0.08))
+        left.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(0, -0.2),
+                    ncol=2)   # under the axis: the points and the band stay clear
         rounds = max(merged["rounds"], 1)
         tpc, want = merged["tokens"] / rounds, merged["exact_tokens"] / rounds
         err = Z99 * math.sqrt(max(merged["var_tokens"], 0.0)) / rounds
@@ -166,12 +167,12 @@ def acceptance(merged: dict) -> bytes:
         right.set_xticklabels(["measured", "exact"])
         right.set_title("tokens per target call", fontsize=9)
         right.set_ylim(0, max(tpc, want + err) * 1.2 + 0.1)
-        for x, v in ((0, tpc), (1, want)):
-            right.annotate(f"{v:.3f}", (x, v), ha="center", va="bottom", fontsize=7,
-                           xytext=(0, 2), textcoords="offset points")
+        for x, v in ((0, tpc), (1, want)):   # inside the bar's foot, clear of the error bar
+            right.annotate(f"{v:.3f}", (x, 0), ha="center", va="bottom", fontsize=8,
+                           color="white", xytext=(0, 4), textcoords="offset points")
         fig.suptitle(f"{merged['runs']} runs, {merged['rounds']} rounds, "
                      f"{merged['tokens']} tokens", fontsize=9, x=0.02, ha="left")
-        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.86, wspace=0.25)
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.3, top=0.88, wspace=0.25)
         return _svg(fig)
 
 
