@@ -95,6 +95,22 @@ def test_page_opens_in_headless_chromium(broken_report):
     print(f"screenshot of the report page: {shot} (browser {time.monotonic() - start:.1f} s)")
 
 
+def test_the_self_check_sees_a_broken_image(broken_report, tmp_path):
+    """The page's self-check is what the browser test trusts: an image that cannot be decoded
+    must be counted as broken (else the test above could not fail)."""
+    exe = report_pages.browser()
+    if exe is None:
+        pytest.skip("no Chromium found (chromium, chromium-browser, google-chrome or $KIT_CHROMIUM)")
+    text = (broken_report / "index.html").read_text()
+    spoiled = tmp_path / "index.html"
+    spoiled.write_text(text.replace("<nav>", '<img alt="broken" src="data:image/png;base64,AAAA">'
+                                             "<nav>", 1))
+    dom = report_pages.chromium(exe, spoiled, "--window-size=1280,1000",
+                                "--virtual-time-budget=15000", "--dump-dom")
+    check = report_pages.Page(dom.stdout).self_check
+    assert check is not None and check.get("data-broken") == "1", check
+
+
 def _summary(records_by_test: dict) -> dict:
     entry = {o: 0 for o in ("passed", "failed", "not_applicable", "xfailed", "xpassed")}
     entry.update(passed=len(records_by_test), planned=len(records_by_test), failures=[],
