@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from properties.models import DraftSpec, Qwen3Spec, TableSpec  # noqa: F401  (replay namespace)
+from properties.models import DraftSpec, Qwen3Spec, TableSpec, TrainedSpec  # noqa: F401  (replay namespace)
 
 # --------------------------------------------------------------------------- rule level
 
@@ -173,4 +173,4 @@ def namespace() -> dict:
     """Names a case's repr may use (for eval in the replay tool)."""
     from properties.serve.cases import ServedCase  # served engines (properties/serve)
     return {cls.__name__: cls for cls in (PairSpec, RuleCase, EngineCase, BatchCase, TreeCase,
-                                          TableSpec, Qwen3Spec, DraftSpec, ServedCase)}
+                                          TableSpec, Qwen3Spec, TrainedSpec, DraftSpec, ServedCase)}

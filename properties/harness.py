@@ -190,7 +190,7 @@ def reset_models() -> None:
     from properties import models as kit_models, oracle
     guards.forget_weights()
     for cached in (kit_models.qwen3_module, kit_models.qwen3_draft_module, kit_models.table_lm,
-                   kit_models.table_draft_lm):
+                   kit_models.table_draft_lm, kit_models.trained_pair):
         cached.cache_clear()
     oracle.clear()
 

@@ -10,6 +10,9 @@ Two kinds:
 
 * ``qwen3``: seeded random tiny Qwen3 models from ``reference.model`` (float64), exposed as
   ``model.module`` so that engines with their own cache (the fast engine) can unwrap them;
+  among them the committed *trained* target (``TrainedSpec``, reference/trained/) with its
+  trained drafts: the one qwen3 target whose drafts agree with it as real drafts do (most
+  proposals accepted, late draft positions reached), so bugs that only show there get exercised;
 * ``table``: cheap table-driven language models. The logits after a prefix are a row of a
   seeded random table, chosen by a rolling hash of the whole prefix, so every token of the
   context matters and the exact law of a continuation is cheap to enumerate. Their cache
@@ -325,6 +328,21 @@ class Qwen3Spec:
 
 
 @dataclass(frozen=True)
+class TrainedSpec:
+    """The committed trained target (reference/trained/, `make models`), float64. Its drafts:
+    small (the separately trained 1-layer model), early_exit (the target's first layers, trained
+    for it), perfect. Its vocabulary (2,048) is too large for exact laws of long outputs: it is
+    used where the vocabulary does not matter (greedy, cache, bounds) or the law stays small
+    (top-k sampling)."""
+
+    vocab: int = 2048
+
+    @property
+    def kind(self) -> str:
+        return "qwen3"
+
+
+@dataclass(frozen=True)
 class DraftSpec:
     """How the draft relates to the target.
 
@@ -333,6 +351,7 @@ class DraftSpec:
     early_exit  qwen3: the target's first layer, then its final norm and head
     negated     the target with its logits negated: its argmax is never the target's
     rolled      qwen3: the target with its head rows rolled by one token (argmax + 1)
+    small       trained: the separately trained small draft
     noisy       the target's logits plus small noise: agrees most of the time
     lagged      table: the target's prediction one position earlier (shifted by one)
     """
@@ -343,6 +362,18 @@ class DraftSpec:
 
 QWEN3_DRAFTS = ("random", "early_exit", "perfect", "negated", "rolled", "noisy")
 TABLE_DRAFTS = ("random", "perfect", "negated", "noisy", "lagged")
+TRAINED_DRAFTS = ("small", "early_exit", "perfect")
+
+
+@lru_cache(maxsize=1)
+def trained_pair():
+    """The committed trained models in float64 (reloaded from disk after reset_models)."""
+    from reference.pretrained import TRAINED_DIR, load_dir
+    pair = load_dir(TRAINED_DIR, dtype=torch.float64)
+    if pair.target.config.vocab_size != TrainedSpec.vocab:
+        raise ValueError(f"the trained target's vocabulary is {pair.target.config.vocab_size}, "
+                         f"TrainedSpec says {TrainedSpec.vocab}")
+    return pair
 
 
 def qwen3_config(spec: Qwen3Spec) -> Config:
@@ -353,6 +384,8 @@ def qwen3_config(spec: Qwen3Spec) -> Config:
 
 @lru_cache(maxsize=64)
 def qwen3_module(spec: Qwen3Spec):
+    if isinstance(spec, TrainedSpec):
+        return trained_pair().target.eval().requires_grad_(False)
     return random_model(qwen3_config(spec), seed=spec.seed, dtype=torch.float64)
 
 
@@ -362,6 +395,12 @@ def qwen3_draft_module(spec: Qwen3Spec, draft: DraftSpec):
     v = draft.variant
     if v == "perfect":
         return target
+    if isinstance(spec, TrainedSpec):
+        if v == "small":
+            return trained_pair().small.eval().requires_grad_(False)
+        if v == "early_exit":
+            return EarlyExit(target, trained_pair().exit_layers).eval().requires_grad_(False)
+        raise ValueError(f"the trained target's drafts are {TRAINED_DRAFTS}, got {v!r}")
     if v == "random":
         return qwen3_module(Qwen3Spec(spec.vocab, seed=10_000 + draft.seed, layers=1,
                                       hidden=spec.hidden))
@@ -586,6 +625,8 @@ def build_pair(spec, draft: DraftSpec, trace: Trace | None = None) -> tuple[KitM
 
 
 def draft_variants(spec) -> tuple[str, ...]:
+    if isinstance(spec, TrainedSpec):
+        return TRAINED_DRAFTS
     if spec.kind == "qwen3":
         return tuple(v for v in QWEN3_DRAFTS if v != "early_exit" or spec.layers >= 2)
     return TABLE_DRAFTS

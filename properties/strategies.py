@@ -20,12 +20,14 @@ from hypothesis import strategies as st
 
 from properties.cases import (P_KINDS, RELATIONS, BatchCase, EngineCase, PairSpec, RuleCase,
                               TreeCase)
-from properties.models import DraftSpec, Qwen3Spec, TableSpec, draft_variants
+from properties.models import (TRAINED_DRAFTS, DraftSpec, Qwen3Spec, TableSpec, TrainedSpec,
+                               draft_variants, trained_pair)
 
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
            "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
            "sampling_cases", "batch_cases", "tree_cases",
-           "deep_tree_cases", "tree_sampling_cases"]
+           "deep_tree_cases", "tree_sampling_cases", "trained_prompts", "trained_cases",
+           "trained_tree_cases", "trained_top_k_cases"]
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -209,3 +211,49 @@ def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), 
                     max_new_tokens=L, tree=draw(st.sampled_from(shapes)),
                     temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
     return _sampling_options(draw, case, top_k, top_p, stops)
+
+
+# --------------------------------------------------------------------------- trained models
+
+def trained_prompts(min_len: int = 4) -> st.SearchStrategy[tuple]:
+    """A leading part (min_len tokens or more) of one of the trained models' held-out prompts:
+    real text the models never saw, which their trained drafts continue as the target would."""
+    held = trained_pair().prompts()
+    return st.integers(0, len(held) - 1).flatmap(
+        lambda i: st.integers(min(min_len, len(held[i])), len(held[i])).map(
+            lambda n: tuple(held[i][:n])))
+
+
+@st.composite
+def trained_cases(draw, drafts=TRAINED_DRAFTS, max_new=(8, 40), k=(2, 8),
+                  stops: bool = False) -> EngineCase:
+    """Greedy runs of the trained target with its trained drafts on held-out text: most
+    proposals are accepted, so the late draft positions of long blocks are reached (how often:
+    tests/test_trained.py). stops: a stop id drawn from the target's vocabulary."""
+    target = TrainedSpec()
+    stop_ids = (draw(st.integers(0, target.vocab - 1)),) if stops else ()
+    return EngineCase(target=target, draft=DraftSpec(draw(st.sampled_from(drafts))),
+                      prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*max_new)),
+                      k=draw(st.integers(*k)), stop_ids=stop_ids, seed=draw(seeds()))
+
+
+@st.composite
+def trained_tree_cases(draw, max_new=(8, 32), shapes=DEEP_SHAPES + ((3, 2), (2, 2, 2))
+                       ) -> TreeCase:
+    """Greedy tree runs of the trained target and drafts on held-out text: deep, branching
+    trees whose deep levels are accepted because the drafts are trained to agree."""
+    return TreeCase(target=TrainedSpec(),
+                    draft=DraftSpec(draw(st.sampled_from(("small", "early_exit")))),
+                    prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*max_new)),
+                    tree=draw(st.sampled_from(shapes)), seed=draw(seeds()))
+
+
+@st.composite
+def trained_top_k_cases(draw, length=(2, 2)) -> EngineCase:
+    """Sampled runs of the trained pair under top-k 2 or 3: the exact law of the first L tokens
+    has at most 3**L outcomes although the vocabulary has 2,048 tokens."""
+    top_k = draw(st.sampled_from((2, 3)))
+    return EngineCase(target=TrainedSpec(), draft=DraftSpec(draw(st.sampled_from(("small", "early_exit")))),
+                      prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*length)),
+                      k=draw(st.integers(2, 4)), temperature=draw(st.sampled_from((1.0, 0.7))),
+                      top_k=top_k, seed=draw(seeds()))

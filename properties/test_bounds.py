@@ -14,7 +14,8 @@ from properties import oracle, profiles
 from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import DraftSpec
-from properties.strategies import draft_specs, greedy_cases, prompts, seeds, target_specs
+from properties.strategies import (draft_specs, greedy_cases, prompts, seeds, target_specs,
+                                   trained_cases)
 from properties.checks.bounds import (KINDS, check_bounds)
 
 pytestmark = pytest.mark.family("bounds")
@@ -109,3 +110,16 @@ def test_several_stop_ids_sampled(impl, kind, data):
     for order in itertools.permutations(members):
         for run in range(4):
             check_bounds(impl, case.replace(stop_ids=order, seed=(seed + run) % 2**32))
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.2)
+@given(case=trained_cases(max_new=(0, 24), stops=True), data=st.data())
+def test_bounds_trained(impl, case, data):
+    """Long accepted blocks of the trained pair: a block that would cross max_new_tokens, and a
+    stop id that is one of the target's own greedy tokens (inside an accepted block)."""
+    temperature = data.draw(st.sampled_from(temperatures(impl, (0.0, 1.0))), label="temperature")
+    greedy, _ = oracle.greedy(case.target, case.prompt, case.max_new_tokens)
+    if greedy and data.draw(st.booleans(), label="own stop"):
+        case = case.replace(stop_ids=(data.draw(st.sampled_from(greedy), label="stop"),))
+    check_bounds(impl, case.replace(temperature=temperature))

@@ -16,7 +16,7 @@ from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import (CacheViolation, DraftSpec, Qwen3Spec, TableSpec, Trace,
                                build_target)
-from properties.strategies import greedy_cases
+from properties.strategies import greedy_cases, trained_cases
 from properties.checks.cache import (KINDS, check_cache_invariant)
 
 pytestmark = pytest.mark.family("cache")
@@ -108,3 +108,12 @@ def test_kit_cache_state_machine(impl, spec):
     n = profiles.deterministic(0.4).max_examples
     run_state_machine_as_test(machine, settings=settings(max_examples=n, stateful_step_count=15,
                                                          deadline=None))
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.2)
+@given(case=trained_cases(), data=st.data())
+def test_round_invariant_trained(impl, case, data):
+    """The trained pair: long accepted blocks, so truncates land deep inside the cache."""
+    temperature = data.draw(st.sampled_from(temperatures(impl, (0.0, 1.0))), label="temperature")
+    check_cache_invariant(impl, case.replace(temperature=temperature))

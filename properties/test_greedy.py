@@ -14,7 +14,8 @@ from properties.cases import EngineCase
 from properties.checks.greedy import (KINDS, NEAR_TIE_GAPS, check_equivalence, check_near_ties,
                                       check_stop_offsets)
 from properties.models import DraftSpec, Qwen3Spec, TableSpec
-from properties.strategies import draft_specs, greedy_cases, prompts, seeds, target_specs
+from properties.strategies import (draft_specs, greedy_cases, prompts, seeds, target_specs,
+                                   trained_cases)
 
 pytestmark = pytest.mark.family("greedy")
 
@@ -66,3 +67,21 @@ def test_argmax_at_near_ties(impl, data):
                       k=data.draw(st.integers(1, 6), label="k"),
                       seed=data.draw(seeds(), label="seed"))
     check_near_ties(impl, case)
+
+
+# The trained target and its trained drafts on held-out text: whole blocks of up to 8 proposals
+# are accepted, so a bug that only shows at late draft positions (an off-by-one in a long
+# accepted block, a bonus token after a full block) is exercised (tests/test_trained.py says how
+# often each draft position is reached).
+@pytest.mark.needs(kind="qwen3", greedy=True)
+@profiles.deterministic(0.3)
+@given(case=trained_cases())
+def test_greedy_trained(impl, case):
+    check_equivalence(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", greedy=True)
+@profiles.deterministic(0.15)
+@given(case=trained_cases(max_new=(4, 14), k=(2, 6)))
+def test_stop_at_every_offset_trained(impl, case):
+    check_stop_offsets(impl, case)

@@ -12,7 +12,7 @@ from properties import profiles
 from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import DraftSpec
-from properties.strategies import prompts, seeds, target_specs
+from properties.strategies import prompts, seeds, target_specs, trained_cases
 from properties.checks.perfect_draft import (KINDS, check_perfect_draft)
 
 pytestmark = pytest.mark.family("perfect_draft")
@@ -30,3 +30,11 @@ def test_perfect_draft(impl, kind, data):
                       temperature=data.draw(st.sampled_from(temperatures(impl, (0.0, 0.9, 1.5))), label="temperature"),
                       seed=data.draw(seeds(), label="seed"))
     check_perfect_draft(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3")
+@profiles.deterministic(0.2)
+@given(case=trained_cases(drafts=("perfect",)), data=st.data())
+def test_perfect_draft_trained(impl, case, data):
+    temperature = data.draw(st.sampled_from(temperatures(impl, (0.0, 1.0))), label="temperature")
+    check_perfect_draft(impl, case.replace(temperature=temperature))

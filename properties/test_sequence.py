@@ -12,7 +12,7 @@ from properties import profiles
 from properties.cases import EngineCase
 from properties.checks.sequence import check_sequence
 from properties.models import DraftSpec, Qwen3Spec, TableSpec
-from properties.strategies import sampling_cases
+from properties.strategies import sampling_cases, trained_top_k_cases
 
 pytestmark = pytest.mark.family("sequence")
 
@@ -81,4 +81,13 @@ def test_sampling_qwen3(impl, case):
 @given(case=sampling_cases("qwen3", vocab=(4, 5), top_k=True, top_p=True))
 @example(case=Q_FILTERS)
 def test_filters_qwen3(impl, case):
+    check_sequence(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", keywords=("top_k",))
+@profiles.statistical(checks=1, scale=0.5)
+@given(case=trained_top_k_cases())
+def test_top_k_trained(impl, case):
+    """The trained pair, whose drafts agree with the target, under top-k: the accepted draft
+    token is the common case here, where on random models the residual draw is."""
     check_sequence(impl, case)

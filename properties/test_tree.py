@@ -3,8 +3,9 @@
 * greedy: tree == chain == target greedy, for several tree shapes and drafts;
 * sampling: at a temperature (and with top-k / top-p where tree_generate names them) the joint
   law of the first L tokens is the target's: one chi-square check per example at alpha = 2e-6,
-  n from the power calculation so that total variation >= DELTA_TREE (0.15) is detected with
-  power 0.99 (n is about 600-1,000 runs for the 8-30 possible outputs of these examples);
+  n from the power calculation so that total variation >= DELTA_TREE (0.05; 0.02 in thorough)
+  is detected with power 0.99 (n is 5,700-6,500 runs for the 4-27 possible outputs of these
+  examples, about 30-70 s each on the reference engine);
 * cache: at every call the cache entries below the round are the committed sequence's, in
   place (keys and values equal to a fresh prefill: tokens, positions, the accepted path's);
 * bounds: max_new_tokens, stop ids inside an accepted path, stats.
@@ -13,8 +14,10 @@ The canonical examples below run in every profile; each is chosen so that one ki
 sampling bug shows (tests/mutants/tree.py): a one-level tree of 3 children with a draft unlike
 the target (every sibling tried, the residual carried twice, a repeated sibling token common;
 chosen by the exact law of one node under each mutant's rule, tests/test_reference_tree.py), a
-close draft whose paths reach a leaf often (the token after a leaf), and filters. Generated
-examples add deeper trees (up to (2, 2)) and other temperatures, drafts and prompts.
+close draft whose paths reach a leaf often (the token after a leaf), and filters. In the
+thorough profile generated examples add deeper trees (up to (2, 2)) and other temperatures,
+drafts and prompts; the default profile runs the canonical examples only, each sized for TV
+0.05, which buys more power per second than more examples at that size would.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from properties.cases import TreeCase
 from properties.checks.tree import (check_tree_bounds, check_tree_cache, check_tree_greedy,
                                     check_tree_sampling, greedy_depths)
 from properties.models import DraftSpec, Qwen3Spec
-from properties.strategies import deep_tree_cases, tree_cases, tree_sampling_cases
+from properties.strategies import (deep_tree_cases, trained_tree_cases, tree_cases,
+                                   tree_sampling_cases)
 
 pytestmark = pytest.mark.family("tree")
 
@@ -130,7 +134,7 @@ def test_tree_sampled_cache_in_place(impl, case):
 
 
 @pytest.mark.needs(kind="qwen3", keywords=("temperature",))
-@profiles.statistical(checks=1, scale=0.5)
+@profiles.statistical(checks=1, scale=0.5, explicit_only_unless_thorough=True)
 @given(case=tree_sampling_cases(length=(2, 2)))
 @example(case=S_SIBLINGS)
 @example(case=S_PATHS)
@@ -141,8 +145,17 @@ def test_tree_sampling_exact(impl, case):
 
 
 @pytest.mark.needs(kind="qwen3", keywords=("temperature", "top_k", "top_p"))
-@profiles.statistical(checks=1, scale=0.5)
+@profiles.statistical(checks=1, scale=0.5, explicit_only_unless_thorough=True)
 @given(case=tree_sampling_cases(vocab=(4, 4), shapes=((2,), (3,)), top_k=True, top_p=True))
 @example(case=S_FILTERS)
 def test_tree_filters_exact(impl, case):
     check_tree_sampling(impl, case)
+
+
+@pytest.mark.needs(kind="qwen3", greedy=True)
+@profiles.deterministic(0.2)
+@given(case=trained_tree_cases())
+def test_tree_greedy_trained(impl, case):
+    """The trained target and drafts on held-out text: deep levels of branching trees accepted."""
+    event(f"deepest accepted level: {max(greedy_depths(case), default=0)}")
+    check_tree_greedy(impl, case)

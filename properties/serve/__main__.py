@@ -18,6 +18,10 @@ def main(argv=None) -> int:
     write = commands.add_parser("export", help="write the served models as HF directories "
                                                "into DIR and print the serving commands")
     write.add_argument("directory", metavar="DIR")
+    write.add_argument("--models", choices=("kit", "trained"), default="kit",
+                       help="kit: the kit's exact-vocabulary models (every served check); "
+                            "trained: the committed trained pair (speed and acceptance on "
+                            "models where speculation pays)")
     show = commands.add_parser("recipes", help="print the serving commands for DIR")
     show.add_argument("directory", metavar="DIR")
     go = commands.add_parser("run", help="start ENGINE with METHOD and its baseline, judge "
@@ -52,14 +56,22 @@ def main(argv=None) -> int:
             args.families = run.SERVED_FAMILIES
         return run.main(args)
     if args.command == "export":
+        if args.models == "trained":
+            from properties.serve import trained_export as chosen
+        else:
+            chosen = export
         try:
-            paths = export.export(args.directory)
-        except OSError as exc:
+            paths = chosen.export(args.directory)
+        except (OSError, FileNotFoundError) as exc:
             print(f"error: cannot write DIR={args.directory!r}: {exc}", file=sys.stderr)
             return 2
+        described = chosen.MODELS if args.models == "trained" else models.MODELS
         for name, path in paths.items():
-            print(f"# {name}: {path}  ({models.MODELS[name]})")
+            print(f"# {name}: {path}  ({described[name]})")
         print()
+        if args.models == "trained":
+            print(recipes.describe_trained(args.directory))
+            return 0
     print(recipes.describe(args.directory))
     return 0
 

@@ -95,3 +95,22 @@ def describe(directory) -> str:
             lines.append(f"{command}")
         lines.append("")
     return "\n".join(lines)
+
+
+def describe_trained(directory) -> str:
+    """Serving commands for the trained export (speed and acceptance only: the kit's law checks
+    need the kit's own export)."""
+    root = Path(directory)
+    target, small, early = root / "target", root / "draft-small", root / "draft-early-exit"
+    vllm = f"vllm serve {_q(target)} --dtype float32 --max-model-len 2048 --seed 0"
+    lines = ["# the trained pair: time speculation on models where it pays (served law checks "
+             "use `export DIR` without --models)",
+             "# vllm, speculation off (the baseline):", f"{vllm} --port {BASELINE_PORT}"]
+    for name, path in (("small draft", small), ("early exit", early)):
+        lines += [f"# vllm, draft model ({name}):",
+                  f"{vllm} --port {PORT} --speculative-config "
+                  f"'{{\"model\": \"{path}\", \"num_speculative_tokens\": {K}}}'"]
+    lines += ["# llama.cpp: convert each directory with convert_hf_to_gguf.py --outtype f32, then",
+              f"llama-server -m target.gguf -md draft-small.gguf --draft-max {K} --draft-min 1 "
+              f"--port {PORT}", ""]
+    return "\n".join(lines)
