@@ -66,7 +66,9 @@ def test_kit_rejects_mutant(name, tmp_path):
 
 @pytest.mark.parametrize("spec", CORRECT)
 def test_kit_passes_correct_implementation(spec, tmp_path):
-    proc, data = run_kit(spec, ["properties/"], tmp_path)
+    # (the trained pair's cases are left to the reference, fast and transformers runs of make
+    # test: they cost these five runs two minutes and test the kit, not the layouts)
+    proc, data = run_kit(spec, ["properties/"], tmp_path, "-k", "not trained")
     failed = {f: e["failures"] for f, e in data["families"].items() if e["failed"]}
     assert not failed, f"false alarm on the correct --impl={spec}: {failed}\n{proc.stdout[-4000:]}"
     assert proc.returncode == 0, proc.stdout[-4000:]
