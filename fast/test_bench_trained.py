@@ -1,13 +1,21 @@
 """(t) Speculative vs plain decoding with the trained pair (reference/trained/), side by side.
 
 The trained target (6 layers, 1.4M parameters) continues held-out text (prompts of 48 tokens,
-64 new tokens each) plainly and with each trained draft (the small 1-layer model, the target's
-early exit), k = 4, greedy and at T = 1, in the reference engine (batch 1) and in the fast
-engine (batch 1 and 8; plain decoding there is fast/plain.py, the same kernels and cache).
-Reported: tokens/s of each, and speculative / plain tokens/s as ratios measured in this run
-(with tokens per target call beside them). Greedy outputs are checked equal to plain decoding.
-Target: speculation beats plain decoding (ratio > 1) with at least one trained draft.
+64 new tokens each), plainly and with a draft, k = 4, greedy and at T = 1: in the reference
+engine at batch 1 (the small trained draft, the target's early exit, and prompt lookup), and in
+the fast engine at batch 1 and 8 (the two trained drafts; plain decoding there is fast/plain.py,
+the same kernels, cache and sampler). Batch 1 is four prompts one after another (acceptance
+varies from prompt to prompt); batch 8 is eight prompts in one batch.
+
+Plain and speculative runs alternate inside one benchmark, the order flipping every round (plain
+then speculative, speculative then plain, ...), and each side's time is its minimum over the
+rounds: on a shared machine, timing one side after the other let drift between them move the
+ratio by a third, and a fixed order favoured the second side by up to 15%. Reported: tokens/s of each side, the
+ratio speculative / plain, and tokens per target call. Greedy outputs are checked equal to
+plain decoding. Target: speculation beats plain decoding (ratio > 1).
 """
+
+import time
 
 import pytest
 import torch
@@ -18,9 +26,7 @@ from fast.plain import plain_generate
 reference = pytest.importorskip("reference.speculative")
 pretrained = pytest.importorskip("reference.pretrained")
 
-K, NEW_TOKENS = 4, 64
-BATCHES = (1, 8)
-DRAFTS = ("small", "early-exit")
+K, NEW_TOKENS, ROUNDS = 4, 64, 6
 TEMPERATURES = (0.0, 1.0)
 
 
@@ -30,118 +36,131 @@ def pair():
 
 
 def workload(benchmark, pair, batch):
-    """Batch 1: four prompts one after another (acceptance varies from prompt to prompt);
-    batch 8: eight prompts in one batch. The smoke run: one prompt, two tokens."""
     prompts = pair.prompts()[:4 if batch == 1 else batch]
-    return (prompts[:1], 2) if benchmark.disabled else (prompts, NEW_TOKENS)
+    if benchmark.disabled:  # the smoke run: one prompt, two tokens
+        return [prompts[:1]], 2
+    return ([[p] for p in prompts] if batch == 1 else [prompts]), NEW_TOKENS
 
 
-def batches(rows, batch):
-    return [[p] for p in rows] if batch == 1 else [rows]
+def side_by_side(benchmark, figures, label, plain, speculative, temperature):
+    """Run plain() and speculative() alternately; each returns (outputs, target calls)."""
+    seconds = {"plain": [], "speculative": []}
+    results = {}
 
+    order = [("plain", plain), ("speculative", speculative)]
 
-def _record(benchmark, figures, key, tokens, target_calls=None):
-    seconds = figures.seconds(benchmark)
-    if seconds is None:
-        return None
-    speed = tokens / seconds
-    benchmark.extra_info["tokens_per_s"] = speed
-    if target_calls:
-        benchmark.extra_info["tokens_per_target_call"] = tokens / target_calls
-    figures.put(key, speed)
-    return speed
+    def both():
+        # the order flips every round: whichever side ran first was measurably slower
+        order.reverse()
+        for name, fn in order:
+            start = time.perf_counter()
+            results[name] = fn()
+            seconds[name].append(time.perf_counter() - start)
 
-
-def _ratio(benchmark, figures, label, speed, plain_key, per_call):
-    plain = figures.get(plain_key)
-    if speed is None or plain is None:
+    rounds = 1 if benchmark.disabled else ROUNDS
+    benchmark.pedantic(both, rounds=rounds, warmup_rounds=0 if benchmark.disabled else 1)
+    (plain_out, _), (spec_out, calls) = results["plain"], results["speculative"]
+    if temperature == 0:
+        assert spec_out == plain_out, "speculative greedy output differs from plain decoding"
+    if benchmark.disabled:
         return
-    figures.ratio(benchmark, label, speed / plain, "> 1", speed > plain,
-                  f"{speed:.0f} vs {plain:.0f} tokens/s; {per_call:.2f} tokens per target call")
+    tokens = sum(map(len, spec_out))
+    plain_speed = sum(map(len, plain_out)) / min(seconds["plain"])
+    spec_speed = tokens / min(seconds["speculative"])
+    benchmark.extra_info.update({"plain_tokens_per_s": plain_speed,
+                                 "speculative_tokens_per_s": spec_speed,
+                                 "tokens_per_target_call": tokens / calls})
+    figures.ratio(benchmark, label, spec_speed / plain_speed, "> 1", spec_speed > plain_speed,
+                  f"{spec_speed:.0f} vs {plain_speed:.0f} tokens/s; {tokens / calls:.2f} tokens "
+                  f"per target call")
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
-def test_t_reference_plain(benchmark, figures, pair, temperature):
-    rows, new = workload(benchmark, pair, 1)
+@pytest.mark.parametrize("draft_name", ("small", "early-exit", "prompt-lookup"))
+def test_t_reference(benchmark, figures, pair, draft_name, temperature):
+    chunks, new = workload(benchmark, pair, 1)
+    rows = [c[0] for c in chunks]
+    draft = reference.PromptLookup(3) if draft_name == "prompt-lookup" else pair.drafts()[draft_name]
     benchmark.group = f"(t) trained pair, reference, B=1, T={temperature:g}"
 
-    def run():
+    def plain():
+        g = torch.Generator().manual_seed(0)
         if temperature == 0:
-            return [reference.greedy_generate(pair.target, p, new) for p in rows]
-        g = torch.Generator().manual_seed(0)
+            return [reference.greedy_generate(pair.target, p, new) for p in rows], None
         return [reference.sample_generate(pair.target, p, new, temperature, generator=g)
-                for p in rows]
+                for p in rows], None
 
-    outputs = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
-    figures.put(f"t/reference/plain/{temperature}/outputs", outputs)
-    _record(benchmark, figures, f"t/reference/plain/{temperature}", sum(map(len, outputs)))
-
-
-@pytest.mark.parametrize("temperature", TEMPERATURES)
-@pytest.mark.parametrize("draft_name", DRAFTS)
-def test_t_reference_speculative(benchmark, figures, pair, draft_name, temperature):
-    rows, new = workload(benchmark, pair, 1)
-    draft = pair.drafts()[draft_name]
-    benchmark.group = f"(t) trained pair, reference, B=1, T={temperature:g}"
-
-    def run():
+    def speculative():
         g = torch.Generator().manual_seed(0)
-        return [reference.speculative_generate(pair.target, draft, p, new, k=K,
+        runs = [reference.speculative_generate(pair.target, draft, p, new, k=K,
                                                temperature=temperature, generator=g)
                 for p in rows]
+        return [tokens for tokens, _ in runs], sum(s["rounds"] for _, s in runs)
 
-    results = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
-    outputs = [tokens for tokens, _ in results]
-    if temperature == 0:
-        expected = figures.get(f"t/reference/plain/{temperature}/outputs")
-        if expected is not None:
-            assert outputs == expected
-    tokens, calls = sum(map(len, outputs)), sum(s["rounds"] for _, s in results)
-    speed = _record(benchmark, figures, f"t/reference/{draft_name}/{temperature}", tokens, calls)
-    _ratio(benchmark, figures, f"(t) reference, {draft_name} draft / plain, tokens/s, B=1, "
-           f"T={temperature:g}", speed, f"t/reference/plain/{temperature}", tokens / calls)
+    side_by_side(benchmark, figures, f"(t) reference, {draft_name} / plain, tokens/s, B=1, "
+                 f"T={temperature:g}", plain, speculative, temperature)
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
-@pytest.mark.parametrize("batch", BATCHES)
-def test_t_fast_plain(benchmark, figures, pair, batch, temperature):
-    rows, new = workload(benchmark, pair, batch)
-    benchmark.group = f"(t) trained pair, fast, B={batch}, T={temperature:g}"
-
-    def run():
-        g = torch.Generator().manual_seed(0)
-        return [row for chunk in batches(rows, batch)
-                for row in plain_generate(pair.target, chunk, new, temperature, g)]
-
-    outputs = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
-    if temperature == 0:
-        figures.put(f"t/fast/plain/{batch}/outputs", outputs)
-    _record(benchmark, figures, f"t/fast/plain/{batch}/{temperature}", sum(map(len, outputs)))
-
-
-@pytest.mark.parametrize("temperature", TEMPERATURES)
-@pytest.mark.parametrize("draft_name", DRAFTS)
-@pytest.mark.parametrize("batch", BATCHES)
-def test_t_fast_speculative(benchmark, figures, pair, batch, draft_name, temperature):
-    rows, new = workload(benchmark, pair, batch)
+@pytest.mark.parametrize("draft_name", ("small", "early-exit"))
+@pytest.mark.parametrize("batch", (1, 8))
+def test_t_fast(benchmark, figures, pair, batch, draft_name, temperature):
+    chunks, new = workload(benchmark, pair, batch)
     draft = pair.drafts()[draft_name]
     benchmark.group = f"(t) trained pair, fast, B={batch}, T={temperature:g}"
 
-    def run():
+    def plain():
         g = torch.Generator().manual_seed(0)
-        return [fast.batched_generate(pair.target, draft, chunk, new, k=K,
-                                      temperature=temperature, generator=g)
-                for chunk in batches(rows, batch)]
+        return [row for c in chunks for row in plain_generate(pair.target, c, new, temperature, g)], None
 
-    results = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
-    outputs = [row for chunk, _ in results for row in chunk]
-    if temperature == 0:
-        expected = figures.get(f"t/fast/plain/{batch}/outputs")
-        if expected is not None:
-            assert outputs == expected
-    tokens = sum(map(len, outputs))
-    per_call = tokens / sum(stats["row_rounds"] for _, stats in results)
-    speed = _record(benchmark, figures, f"t/fast/{draft_name}/{batch}/{temperature}", tokens)
-    benchmark.extra_info["tokens_per_target_call"] = per_call
-    _ratio(benchmark, figures, f"(t) fast, {draft_name} draft / plain, tokens/s, B={batch}, "
-           f"T={temperature:g}", speed, f"t/fast/plain/{batch}/{temperature}", per_call)
+    def speculative():
+        g = torch.Generator().manual_seed(0)
+        runs = [fast.batched_generate(pair.target, draft, c, new, k=K, temperature=temperature,
+                                      generator=g) for c in chunks]
+        return [row for out, _ in runs for row in out], sum(s["row_rounds"] for _, s in runs)
+
+    side_by_side(benchmark, figures, f"(t) fast, {draft_name} / plain, tokens/s, B={batch}, "
+                 f"T={temperature:g}", plain, speculative, temperature)
+
+
+def test_t_step_costs(benchmark, figures, pair):
+    """What a round costs in target-step units, in the reference engine: a draft step of each
+    trained draft, and the target's verify of k + 1 = 5 tokens, each / the target's 1-token
+    decode step, after a 48-token prompt (alternating, minimum of 200 calls each). Speculation
+    pays when 1 verify + k draft steps cost less than the tokens per target call it yields."""
+    from reference.cache import KVCache
+    benchmark.group = "(t) trained pair, reference, step costs"
+    prompt = torch.tensor([pair.prompts()[0]])
+    models = {"target": pair.target, **pair.drafts()}
+
+    def prefilled(model):
+        c = model.config
+        layers = len(model.layers)
+        cache = KVCache(layers, 1, c.num_key_value_heads, c.head_dim, 64)
+        with torch.no_grad():
+            model(prompt, cache)
+        return cache
+
+    caches = {name: prefilled(m) for name, m in models.items()}
+    steps = {"decode": ("target", 1), "verify": ("target", K + 1),
+             "small": ("small", 1), "early-exit": ("early-exit", 1)}
+    best = {name: float("inf") for name in steps}
+
+    def one_each():
+        for name, (model_name, T) in steps.items():
+            cache, model = caches[model_name], models[model_name]
+            ids = prompt[:, :T]
+            start = time.perf_counter()
+            with torch.no_grad():
+                model(ids, cache)
+            best[name] = min(best[name], time.perf_counter() - start)
+            cache.truncate(prompt.shape[1])
+
+    benchmark.pedantic(one_each, rounds=1 if benchmark.disabled else 200, warmup_rounds=0)
+    if benchmark.disabled:
+        return
+    for name in ("verify", "small", "early-exit"):
+        what = f"verify of {K + 1} tokens" if name == "verify" else f"{name} draft step"
+        figures.ratio(benchmark, f"(t) reference, {what} / target decode step",
+                      best[name] / best["decode"], None, None,
+                      f"{best[name] * 1e3:.2f} vs {best['decode'] * 1e3:.2f} ms")
