@@ -54,7 +54,7 @@ test: $(STAMP)
 test-extra: $(STAMP)
 	$(PY) -m pytest -n $(WORKERS) -m extra $(PYTEST_ARGS)
 
-# Retrain the committed trained pair (reference/trained/) with its fixed seed: about 13 minutes
+# Retrain the committed trained pair (reference/trained/) with its fixed seed: about 15 minutes
 # on 2 cores. The committed files are what set-up and CI use; a retrain reproduces their
 # quality within the margins its manifest states, not their bits.
 MODELS_DIR ?= reference/trained

@@ -48,8 +48,8 @@ class Recipe:
     exit_layer: int = 2           # the early-exit draft: the target's first 2 blocks
     exit_weight: float = 0.5      # weight of the auxiliary loss at the exit layer
     distill_weight: float = 0.5   # small draft: weight of KL(target || draft) beside the text loss
-    target_steps: int = 760
-    small_steps: int = 500
+    target_steps: int = 720
+    small_steps: int = 400
     lr: float = 3e-3
     warmup: int = 50
     eval_windows: int = 128       # held-out loss over this many windows of seq_len tokens
