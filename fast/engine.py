@@ -24,7 +24,7 @@ from fast import checks
 from fast.commit import Rows, commit
 from fast.drafter import ModelDrafter
 from fast.graphs import StepRunner
-from fast.runner import ModelRunner
+from fast.runner import ModelRunner, padded_prompts
 from fast.sampling import Sampler
 from fast.tree import TreeShape, check_tree, tree_round
 from fast.verify import greedy_verify, rejection_sample
@@ -105,12 +105,7 @@ class FastEngine:
     def _start(self, prompts, max_new, width):
         """Prefill both models and build the row state. Returns (rows, out)."""
         B, device = len(prompts), self.device
-        longest = max(len(p) for p in prompts)
-        padded = torch.zeros(B, longest - 1, dtype=torch.long)                 # [B, P_max - 1]
-        for i, prompt in enumerate(prompts):
-            padded[i, :len(prompt) - 1] = torch.tensor(prompt[:-1], dtype=torch.long)
-        padded = padded.to(device)
-        lengths = torch.tensor([len(p) - 1 for p in prompts], device=device)  # [B]
+        padded, lengths = padded_prompts(prompts, device)
         self.target.prefill(padded, lengths)
         self.drafter.prefill(padded, lengths)
         rows = Rows(row_ids=torch.arange(B, device=device),

@@ -9,7 +9,7 @@ import torch
 from fast import checks
 from fast.engine import device_generator, graphs_wanted
 from fast.graphs import StepRunner
-from fast.runner import ModelRunner
+from fast.runner import ModelRunner, padded_prompts
 from fast.sampling import Sampler
 from fast.weights import model_weights
 
@@ -30,11 +30,8 @@ def plain_generate(target, prompts, max_new_tokens: int, temperature: float = 0.
     longest = max(len(p) for p in prompts)
     capacity = longest + max_new_tokens
     runner = ModelRunner(weights, B, capacity, StepRunner(graphs_wanted(cuda_graphs, device), device))
-    padded = torch.zeros(B, longest - 1, dtype=torch.long)                     # [B, P_max - 1]
-    for i, prompt in enumerate(prompts):
-        padded[i, :len(prompt) - 1] = torch.tensor(prompt[:-1], dtype=torch.long)
-    lengths = torch.tensor([len(p) - 1 for p in prompts], device=device)      # [B]
-    runner.prefill(padded.to(device), lengths)
+    padded, lengths = padded_prompts(prompts, device)                         # [B, P-1], [B]
+    runner.prefill(padded, lengths)
     last = torch.tensor([p[-1] for p in prompts], device=device)              # [B]
     sampler = Sampler(temperature, top_k, top_p, device_generator(generator, device), device, B)
     rows = torch.arange(B, device=device)

@@ -95,3 +95,13 @@ class ModelRunner:
 
         return self.steps(("tree", id(self), name, B, T, span, logits_at), step, ids, slots,
                           positions, window_start)
+
+
+def padded_prompts(prompts, device):
+    """Prompts without their last token, padded: (ids [B, P_max - 1], lengths [B])."""
+    longest = max(len(p) for p in prompts)
+    padded = torch.zeros(len(prompts), longest - 1, dtype=torch.long)          # [B, P_max - 1]
+    for i, prompt in enumerate(prompts):
+        padded[i, :len(prompt) - 1] = torch.tensor(prompt[:-1], dtype=torch.long)
+    lengths = torch.tensor([len(p) - 1 for p in prompts], device=device)      # [B]
+    return padded.to(device), lengths

@@ -42,12 +42,13 @@ def _float32_exact(model: Qwen3) -> Qwen3:
     return model.to(torch.float32).to(torch.float64).eval().requires_grad_(False)
 
 
-def _early_exit(target: Qwen3) -> Qwen3:
-    """The early-exit draft as a standalone model (a checkpoint cannot share weights)."""
-    config = replace(target.config, num_hidden_layers=1)
-    standalone = Qwen3(config).to(torch.float64)
+def standalone_early_exit(target: Qwen3, depth: int) -> Qwen3:
+    """The early exit after `depth` blocks as a model of its own (a checkpoint cannot share the
+    target's weights): the same numbers as reference.model.EarlyExit(target, depth)."""
+    config = replace(target.config, num_hidden_layers=depth)
+    standalone = Qwen3(config).to(target.lm_head.weight.dtype)
     keep = {name: t for name, t in target.state_dict().items()
-            if not name.startswith("model.layers.") or int(name.split(".")[2]) < 1}
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < depth}
     standalone.load_state_dict(keep, strict=True)
     return standalone.eval().requires_grad_(False)
 
@@ -60,7 +61,7 @@ def build(name: str) -> Qwen3:
                                            std=PROJECTION_STD))
     if name == "draft-early-exit":
         reference_draft = EarlyExit(build("target"), 1)  # what the chapter's early exit computes
-        return _early_exit(reference_draft.target)
+        return standalone_early_exit(reference_draft.target, 1)
     if name == "draft-random":
         config = replace(TARGET_CONFIG, num_hidden_layers=1)
         return _float32_exact(random_model(config, seed=RANDOM_DRAFT_SEED, dtype=torch.float32,

@@ -59,11 +59,15 @@ def build():
     return tokenizer
 
 
+def tokenizer_config() -> dict:
+    """tokenizer_config.json: no special tokens added on either side of a text."""
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 2048,
+            "clean_up_tokenization_spaces": False, "add_bos_token": False,
+            "add_eos_token": False}
+
+
 def tokenizer_files() -> dict[str, str]:
     """file name -> content of the Hugging Face tokenizer files."""
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 2048,
-              "clean_up_tokenization_spaces": False, "add_bos_token": False,
-              "add_eos_token": False}
     return {"tokenizer.json": build().to_str(pretty=True),
-            "tokenizer_config.json": json.dumps(config, indent=2),
+            "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
             "special_tokens_map.json": json.dumps({}, indent=2)}

@@ -11,14 +11,14 @@ acceptance, where a random pair would make speculation lose.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from properties.serve.export import generation_config
+from properties.serve.models import standalone_early_exit
+from properties.serve.tokenizer import tokenizer_config
 from reference.checkpoint import save_pretrained
-from reference.model import Qwen3
 from reference.pretrained import TrainedPair, load
 
 MODELS = {
@@ -28,24 +28,9 @@ MODELS = {
 }
 
 
-def standalone_early_exit(pair: TrainedPair) -> Qwen3:
-    """The early exit as a model of its own (a checkpoint cannot share the target's weights):
-    the same numbers as reference.model.EarlyExit(pair.target, exit_layers)."""
-    depth = pair.exit_layers
-    config = replace(pair.target.config, num_hidden_layers=depth)
-    model = Qwen3(config).to(pair.target.lm_head.weight.dtype)
-    keep = {name: t for name, t in pair.target.state_dict().items()
-            if not name.startswith("model.layers.") or int(name.split(".")[2]) < depth}
-    model.load_state_dict(keep, strict=True)
-    return model.eval().requires_grad_(False)
-
-
 def tokenizer_files(pair: TrainedPair) -> dict[str, str]:
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 2048,
-              "clean_up_tokenization_spaces": False, "add_bos_token": False,
-              "add_eos_token": False}
     return {"tokenizer.json": (pair.path / "tokenizer.json").read_text(),
-            "tokenizer_config.json": json.dumps(config, indent=2),
+            "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
             "special_tokens_map.json": json.dumps({}, indent=2)}
 
 
@@ -56,7 +41,7 @@ def export(directory) -> dict[str, Path]:
         raise NotADirectoryError(f"export directory {str(root)!r} exists and is not a directory")
     pair = load(torch.float32)
     models = {"target": pair.target, "draft-small": pair.small,
-              "draft-early-exit": standalone_early_exit(pair)}
+              "draft-early-exit": standalone_early_exit(pair.target, pair.exit_layers)}
     files = tokenizer_files(pair)
     paths = {}
     for name, model in models.items():
