@@ -25,7 +25,7 @@ VLLM_PY := $(ENGINES)/vllm/bin/python
 VLLM_STAMP := $(ENGINES)/vllm/.installed
 LLAMA_SERVER := $(ENGINES)/llamacpp/build/bin/llama-server
 RESULTS ?= runs/engines.json
-# the kit finds the engines' environments here (properties/serve/engines/local.py)
+# the kit finds the engines' environments here (properties/engines/local.py)
 export KIT_ENGINES_DIR := $(abspath $(ENGINES))
 
 $(STAMP): pyproject.toml

@@ -11,8 +11,8 @@ from hypothesis.errors import InvalidArgument
 
 from properties.profiles import default_profile, register_profiles
 
-# options of the served-engine kit (--baseline, --served-*): properties/serve/plugin.py
-pytest_plugins = ["properties.serve.plugin"]
+# options of the served-engine kit (--baseline, --served-*): properties/plugin/served.py
+pytest_plugins = ["properties.plugin.served"]
 
 register_profiles()
 try:

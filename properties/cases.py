@@ -7,7 +7,7 @@ exactly that example. Everything random inside a case is derived from its ``seed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -169,8 +169,25 @@ class TreeCase:
         return replace(self, **changes)
 
 
+# --------------------------------------------------------------------------- served engines
+
+@dataclass(frozen=True)
+class ServedCase:
+    """One completion request to the served target (token ids; temperature 0 is greedy)."""
+
+    prompt: tuple
+    max_tokens: int
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_ids: tuple = ()
+    seed: int = 0
+
+    def replace(self, **changes) -> "ServedCase":
+        return replace(self, **changes)
+
+
 def namespace() -> dict:
     """Names a case's repr may use (for eval in the replay tool)."""
-    from properties.serve.cases import ServedCase  # served engines (properties/serve)
     return {cls.__name__: cls for cls in (PairSpec, RuleCase, EngineCase, BatchCase, TreeCase,
                                           TableSpec, Qwen3Spec, TrainedSpec, DraftSpec, ServedCase)}

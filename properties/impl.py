@@ -37,9 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALIASES = {"reference": "reference.speculative", "fast": "fast",
-           # Hugging Face transformers' assisted generation and prompt lookup (properties/hf_engine.py)
-           "transformers": "properties.hf_engine",
-           "transformers-lookup": "properties.hf_engine:PromptLookup"}
+           # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
+           "transformers": "properties.adapters.transformers",
+           "transformers-lookup": "properties.adapters.transformers:PromptLookup"}
+# --impl=SCHEME:REST -> "module:function" that builds its Impl from the whole spec. A lookup
+# by name, so that this module imports no adapter: the adapters import Impl from here.
+SCHEMES = {"openai": "properties.adapters.served:make_impl"}
 MODEL_KINDS = frozenset({"qwen3", "table"})
 
 
@@ -286,9 +289,10 @@ def _not_applicable(spec: str, declared) -> dict[str, str]:
 
 def load(spec: str) -> Impl:
     """Resolve --impl=spec into an Impl, or raise ImplError with one clear message."""
-    if spec and spec.startswith("openai:"):  # a served engine over HTTP (properties/serve)
-        from properties.serve.impl import make_impl
-        return make_impl(spec)
+    scheme = spec.split(":", 1)[0] if spec else ""
+    if scheme in SCHEMES:
+        module, function = SCHEMES[scheme].split(":")
+        return getattr(importlib.import_module(module), function)(spec)
     if not spec:
         raise ImplError("--impl is empty: give reference, fast, a module name or a .py path")
     module_spec, attr = _split_attr(ALIASES.get(spec, spec))

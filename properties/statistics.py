@@ -32,7 +32,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from properties import progress
-from properties.report import evidence   # the report's recorder: one flag test when it is off
+from properties import evidence   # the report's recorder: one flag test when it is off
 
 FAMILYWISE_ALPHA = 1e-3
 MAX_CHECKS_PER_RUN = 500

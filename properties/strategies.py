@@ -18,16 +18,19 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from properties import served_oracle
 from properties.cases import (P_KINDS, RELATIONS, BatchCase, EngineCase, PairSpec, RuleCase,
-                              TreeCase)
+                              ServedCase, TreeCase)
 from properties.models import (TRAINED_DRAFTS, DraftSpec, Qwen3Spec, TableSpec, TrainedSpec,
                                draft_variants, trained_pair)
+from properties.models.served import VOCAB as SERVED_VOCAB
 
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
            "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
            "sampling_cases", "batch_cases", "tree_cases",
            "deep_tree_cases", "tree_sampling_cases", "trained_prompts", "trained_cases",
-           "trained_tree_cases", "trained_top_k_cases"]
+           "trained_tree_cases", "trained_top_k_cases", "served_prompts",
+           "served_greedy_cases", "served_sampling_cases"]
 
 
 def seeds() -> st.SearchStrategy[int]:
@@ -257,3 +260,50 @@ def trained_top_k_cases(draw, length=(2, 2)) -> EngineCase:
                       prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*length)),
                       k=draw(st.integers(2, 4)), temperature=draw(st.sampled_from((1.0, 0.7))),
                       top_k=top_k, seed=draw(seeds()))
+
+
+# --------------------------------------------------------------------------- served engines
+# Requests to a served engine, over the fixed served models (properties.models.served).
+# Prompts are random, or a short pattern repeated: the latter gives prompt lookup (n-gram
+# speculation) matches to propose from, so speculation is exercised, not only requested.
+# Stop ids are taken from the target's own greedy continuation, so that they fall inside the
+# blocks a speculator proposes and the server accepts.
+
+SERVED_TOKENS = st.integers(0, SERVED_VOCAB - 1)
+SERVED_TEMPERATURES = (0.5, 0.8, 1.0, 1.3)
+SERVED_TOP_KS = (0, 0, 2, 5, 12)
+SERVED_TOP_PS = (1.0, 1.0, 0.9, 0.7)
+
+
+@st.composite
+def served_prompts(draw):
+    if draw(st.booleans()):
+        return tuple(draw(st.lists(SERVED_TOKENS, min_size=1, max_size=12)))
+    pattern = draw(st.lists(SERVED_TOKENS, min_size=1, max_size=4))
+    tail = draw(st.lists(SERVED_TOKENS, max_size=2))
+    return tuple(pattern * draw(st.integers(2, 4)) + tail)
+
+
+@st.composite
+def served_greedy_cases(draw, with_stops: bool = False):
+    prompt = draw(served_prompts())
+    max_tokens = draw(st.integers(1, 16))
+    stops = ()
+    if with_stops or draw(st.booleans()):
+        continuation = served_oracle.greedy(prompt, max_tokens)
+        if len(continuation) > 1:
+            at = draw(st.integers(1, len(continuation) - 1))
+            stops = (continuation[at],) + tuple(draw(st.lists(SERVED_TOKENS, max_size=1)))
+    return ServedCase(prompt, max_tokens, stop_ids=stops)
+
+
+@st.composite
+def served_sampling_cases(draw, max_len: int = 2, with_stops: bool = False, filters: bool = True):
+    """filters=False: no top-k and no top-p (the temperature alone shapes the law)."""
+    prompt = draw(served_prompts())
+    stops = tuple(draw(st.lists(SERVED_TOKENS, min_size=1 if with_stops else 0, max_size=2)))
+    return ServedCase(prompt, draw(st.integers(1, max_len)),
+                      temperature=draw(st.sampled_from(SERVED_TEMPERATURES)),
+                      top_k=draw(st.sampled_from(SERVED_TOP_KS)) if filters else 0,
+                      top_p=draw(st.sampled_from(SERVED_TOP_PS)) if filters else 1.0,
+                      stop_ids=stops, seed=draw(st.integers(0, 2**20)))

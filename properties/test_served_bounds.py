@@ -13,9 +13,11 @@ import pytest
 from hypothesis import example, given
 
 from properties import profiles
-from properties.serve import checks, oracle
-from properties.serve.cases import ServedCase
-from properties.serve.strategies import greedy_cases, sampling_cases
+from properties import served_oracle as oracle
+from properties.checks import served as checks
+from properties.cases import ServedCase
+from properties.strategies import served_greedy_cases as greedy_cases
+from properties.strategies import served_sampling_cases as sampling_cases
 from properties.test_served_perfect_draft import counters_missing
 
 pytestmark = pytest.mark.family("served_bounds")

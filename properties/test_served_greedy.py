@@ -12,9 +12,9 @@ import pytest
 from hypothesis import example, given
 
 from properties import profiles
-from properties.serve import checks
-from properties.serve.cases import ServedCase
-from properties.serve.strategies import greedy_cases
+from properties.checks import served as checks
+from properties.cases import ServedCase
+from properties.strategies import served_greedy_cases as greedy_cases
 
 pytestmark = pytest.mark.family("served_greedy")
 

@@ -1,7 +1,7 @@
 """Family "served_sequence": a served engine samples exactly as the target.
 
 For one example (prompt, L, temperature, top-k, top-p, stop ids) the kit enumerates the exact
-law of the first L tokens from the float64 target (properties.serve.oracle), requests n
+law of the first L tokens from the float64 target (properties.served_oracle), requests n
 completions with distinct seeds (the API's `n` where the server honours it, concurrent single
 requests otherwise), and tests them with a chi-square check: level ALPHA, total variation
 DELTA_SERVED = 0.15 detected with power POWER (n from the power calculation). The server's own
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import example, given
 
 from properties import profiles
-from properties.serve import checks
-from properties.serve.cases import ServedCase
-from properties.serve.strategies import sampling_cases
+from properties.checks import served as checks
+from properties.cases import ServedCase
+from properties.strategies import served_sampling_cases as sampling_cases
 
 pytestmark = pytest.mark.family("served_sequence")
 

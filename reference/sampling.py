@@ -8,6 +8,7 @@ argmax (lowest index wins a tie), not a tiny temperature.
 
 import math
 import sys
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -101,3 +102,47 @@ def greedy_token(logits: torch.Tensor) -> torch.Tensor:
     check_logits(logits)
     # torch.argmax is documented to return the first maximal index.
     return logits.argmax(-1)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request samples: the project's one type for it, from the kit's strategies and
+    cases to the bodies of HTTP requests and the fast engine's API.
+
+    temperature 0 is greedy (an exact argmax); otherwise ``probs(logits)`` is the law a lossless
+    engine must sample from (``probs_from_logits``). A stop id ends the output where it first
+    occurs and is kept. ``seed`` seeds the sampler (a request's seed; the generator of an
+    in-process run); ``n`` asks for that many independent completions of one request.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_ids: tuple = ()
+    seed: int | None = None
+    n: int = 1
+
+    def __post_init__(self):
+        check_sampling_args(self.temperature, self.top_k, self.top_p)
+        stops = tuple(self.stop_ids)
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stops):
+            raise ValueError(f"stop_ids must be token ids (ints >= 0), got {self.stop_ids!r}")
+        object.__setattr__(self, "stop_ids", stops)
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise ValueError(f"n must be an int >= 1, got {self.n!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The distribution this request samples from after `logits` (not for greedy)."""
+        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def __repr__(self):
+        # only what differs from the defaults: a failing case's replay line stays short
+        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                   if getattr(self, f.name) != f.default]
+        return f"SamplingParams({', '.join(changed)})"

@@ -9,7 +9,7 @@ from reference.model import EarlyExit, preset, random_model
 from reference.speculative import greedy_generate
 
 pytest.importorskip("transformers", reason="the transformers adapter needs the optional 'hf' extra")
-hf_engine = pytest.importorskip("properties.hf_engine")
+hf_engine = pytest.importorskip("properties.adapters.transformers")
 
 PROMPT = [3, 1, 4, 1, 5]
 

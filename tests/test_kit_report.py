@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from properties.report import evidence, figures, page
+from properties import evidence
+from properties.report import figures, page
 from tests import report_pages
 
 ROOT = Path(__file__).resolve().parents[1]

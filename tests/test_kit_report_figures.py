@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from properties import statistics
-from properties.report import evidence, page
+from properties import evidence
+from properties.report import page
 from tests import report_pages
 
 

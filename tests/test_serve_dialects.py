@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from properties.serve import acceptance, checks, engines, metrics, oracle
-from properties.serve.cases import ServedCase
-from properties.serve.client import Client, Request
+from properties import acceptance, engines
+from properties import served_oracle as oracle
+from properties.checks import served as checks
+from properties.engines import metrics
+from properties.cases import ServedCase
+from properties.adapters.client import Client, Request
+from reference.sampling import SamplingParams
 
 RECORDED = Path(__file__).with_name("recorded")
 ENGINES = sorted(p.stem for p in RECORDED.glob("*.json"))
@@ -31,7 +35,7 @@ def load(name):
         fields = dict(exchange["request"])
         for tuple_field in ("prompt", "stop_ids"):
             fields[tuple_field] = tuple(fields[tuple_field])
-        req = Request(**fields)
+        req = Request(fields.pop("prompt"), fields.pop("max_tokens"), SamplingParams(**fields))
         assert client.body(req) == exchange["body"], (
             f"{name}: the client no longer words {key} as it was recorded: capture again")
         out[key] = (req, client.read_answer(exchange["answer"], req))
@@ -63,9 +67,9 @@ def test_a_matched_stop_ends_the_tokens_whatever_the_text_says(name):
     record, engine, read = load(name)
     for key in ("greedy_stop", "greedy_two_stops", "greedy_stop_never_met"):
         req, (completion,) = read[key]
-        expected = oracle.greedy(req.prompt, req.max_tokens, req.stop_ids)
+        expected = oracle.greedy(req.prompt, req.max_tokens, req.sampling.stop_ids)
         assert list(completion.tokens) == expected, key
-        case = ServedCase(req.prompt, req.max_tokens, stop_ids=req.stop_ids)
+        case = ServedCase(req.prompt, req.max_tokens, stop_ids=req.sampling.stop_ids)
         assert checks.bounds_violation(case, completion) is None, key
     # the recorded habit is the declared one: the text leaves the stop token out
     answer = record["exchanges"]["greedy_stop"]["answer"]

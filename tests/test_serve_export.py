@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from properties.serve import __main__ as cli
-from properties.serve import export, oracle, tokenizer
-from properties.serve.impl import LOGIT_TOLERANCE
-from properties.serve.models import MODELS, VOCAB
+from properties import served_oracle as oracle
+from properties.export import kit as export
+from properties.models import tokenizer
+from properties.adapters.served import LOGIT_TOLERANCE
+from properties.models.served import MODELS, VOCAB
 
 
 @pytest.fixture(scope="module")

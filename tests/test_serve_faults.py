@@ -1,4 +1,4 @@
-"""The served-engine kit against small in-process fake servers (properties/serve/fake.py):
+"""The served-engine kit against small in-process fake servers (properties/engines/fake_server.py):
 each fault is reported as what it is, with a clear message, and a correct server passes."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ import socket
 import pytest
 
 from properties.harness import PropertyFailure
-from properties.serve import checks
-from properties.serve.cases import ServedCase
-from properties.serve.client import Client, HttpError, Request, ServedTimeout, Unreachable
-from properties.serve.fake import FakeServer
-from properties.serve.impl import make_impl
+from properties.checks import served as checks
+from properties.cases import ServedCase
+from properties.adapters.client import Client, HttpError, Request, ServedTimeout, Unreachable
+from properties.engines.fake_server import FakeServer
+from properties.adapters.served import make_impl
 from properties.impl import ImplError, load
+from reference.sampling import SamplingParams
 
 GREEDY = ServedCase((3, 9, 27, 3, 9, 27), 8)
 SAMPLED = ServedCase((1, 2), 2, temperature=0.8, seed=1)
@@ -128,7 +129,7 @@ def test_text_only_server_is_spoken_to_in_the_transformers_dialect():
         assert impl.client.api == "transformers"
         checks.check_greedy(impl, GREEDY)
         # no `n` in this dialect: the kit sends single requests and still gets them all
-        got = impl.client.complete(Request((1, 2), 2, temperature=1.0, seed=1, n=3))
+        got = impl.client.complete(Request((1, 2), 2, SamplingParams(temperature=1.0, seed=1, n=3)))
         assert len(got) == 3
 
 

@@ -1,5 +1,5 @@
 """GPU recipes: the kit against vLLM (draft model and n-gram speculation) and SGLang, each
-started from the exported checkpoints with the recipe's command (properties/serve/recipes.py)
+started from the exported checkpoints with the recipe's command (properties/export/recipes.py)
 next to a baseline without speculation. Marked `gpu`: they skip, with the reason, without a
 CUDA device or without the server installed.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from properties.serve import export, recipes
+from properties.export import kit as export
+from properties.export import recipes
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]

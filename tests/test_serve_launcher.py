@@ -12,10 +12,11 @@ import sys
 import pytest
 
 from properties.serve import deaths, run
-from properties.serve.client import Client, Request
+from properties.adapters.client import Client, Request
 from properties.serve.deaths import ServerDied, Watchdog, signature
-from properties.serve.engines import fake
+from properties.engines import fake
 from properties.serve.server import LaunchError, Server
+from reference.sampling import SamplingParams
 
 
 def fake_server(tmp_path, behaviour_method="die-on-top-k", **kw):
@@ -28,8 +29,8 @@ def test_a_server_that_dies_is_reported_at_its_request(tmp_path):
         client = Client(server.url, api="openai", model="kit-target", timeout=10)
         client.watchdog = Watchdog(f"http://127.0.0.1:{server.port}/health", server=server,
                                    registry=deaths.Registry(), grace=2)
-        assert client.complete(Request((1, 2), 2, temperature=1.0, seed=1))  # alive
-        killing = Request((1, 2), 2, temperature=1.0, top_k=3, seed=1)
+        assert client.complete(Request((1, 2), 2, SamplingParams(temperature=1.0, seed=1)))  # alive
+        killing = Request((1, 2), 2, SamplingParams(temperature=1.0, top_k=3, seed=1))
         with pytest.raises(ServerDied) as died:
             client.complete(killing)
         text = str(died.value)
@@ -58,7 +59,7 @@ def test_a_live_server_that_fails_is_an_ordinary_failure(tmp_path):
 
 def test_a_server_that_does_not_start_quotes_its_log(tmp_path):
     def command(port):
-        from properties.serve.server import Command
+        from properties.engines import Command
         return Command(["python3", "-c", "import sys; print('cannot load model xyz'); "
                                          "sys.exit(7)"])
     with pytest.raises(LaunchError, match=r"(?s)exited with code 7.*cannot load model xyz"):

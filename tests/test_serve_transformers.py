@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from properties.serve import checks, export
-from properties.serve.cases import ServedCase
-from properties.serve.client import Client
-from properties.serve.impl import LOGIT_TOLERANCE, make_impl
+from properties.checks import served as checks
+from properties.export import kit as export
+from properties.cases import ServedCase
+from properties.adapters.client import Client
+from properties.adapters.served import LOGIT_TOLERANCE, make_impl
 from properties.serve.launch import LaunchError, TransformersServer
 
 ROOT = Path(__file__).resolve().parents[1]

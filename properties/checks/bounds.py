@@ -18,7 +18,7 @@ from __future__ import annotations
 from properties.cases import EngineCase
 from properties.harness import TOO_LONG, fail, run_engine, stat_in_range, stats_value
 from properties.invariants import analyse
-from properties.report import evidence
+from properties import evidence
 
 KINDS = ("table", "qwen3")
 CHECK = "properties.checks.bounds:check_bounds"

@@ -1,7 +1,7 @@
 """The kit's report: ``--kit-report=DIR`` writes DIR/index.html and the JSON it was built from.
 
-    evidence.py    what the checks hold, recorded while a test runs (only when a report is asked
-                   for): chi-square counts per outcome, acceptance by draft position
+    (properties/evidence.py, in the kit's core, records what the checks hold while a test
+    runs; this package only reads and draws it)
     acceptance.py  the exact per-position acceptance Σ min(p, q) of the rounds a run made
     collect.py     the pytest side: the report directory's check, the records of each test, the
                    run's header, the JSON

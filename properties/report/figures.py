@@ -2,7 +2,7 @@
 
 SVG because a bar keeps an id in the file (``obs-3`` is the observed bar of cell 3), so a test
 can read the drawn heights back, and text stays text (``svg.fonttype: none``), which keeps a
-page of many pictures small. Every function takes records from properties.report.evidence and
+page of many pictures small. Every function takes records from properties.evidence and
 returns the SVG as bytes.
 """
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from properties.serve import export, models, recipes
+from properties.export import kit as export
+from properties.export import recipes
+from properties.models import served as models
 
 
 def main(argv=None) -> int:
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
         return run.main(args)
     if args.command == "export":
         if args.models == "trained":
-            from properties.serve import trained_export as chosen
+            from properties.export import trained as chosen
         else:
             chosen = export
         try:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+
+from properties.adapters.client import curl_line
 
 # How long a server that failed a request is watched for dying (seconds).
 GRACE = 8.0
@@ -35,11 +36,6 @@ class ServerDied(BaseException):
         super().__init__(message)
         self.death = death
         self.cause = death.headline()
-
-
-def curl_line(url: str, body: dict) -> str:
-    return (f"curl -sS {shlex.quote(url)} -H 'Content-Type: application/json' "
-            f"-d {shlex.quote(json.dumps(body, sort_keys=True))}")
 
 
 _EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Fault)): (.+)")

@@ -9,43 +9,11 @@ bounded, with the log's tail quoted when the server does not come up.
 
 from __future__ import annotations
 
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from properties.serve.server import Command, LaunchError, Server, free_port  # noqa: F401
-
-
-def serve_available() -> str | None:
-    """None when transformers serve can run here, else the reason it cannot."""
-    try:
-        from transformers.utils.import_utils import is_serve_available
-    except ImportError as exc:
-        return f"transformers is not installed ({exc}); pip install '.[hf,serve]'"
-    if not is_serve_available():
-        return ("transformers serve needs fastapi, uvicorn, pydantic and openai: "
-                "pip install '.[serve]'")
-    return None
-
-
-def _command() -> list[str]:
-    script = Path(sys.executable).parent / "transformers"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("transformers")
-    if found:
-        return [found]
-    return [sys.executable, "-c", "from transformers.cli.transformers import main; main()"]
-
-
-def serve_command(model_dir, port: int) -> Command:
-    """The command line of `transformers serve` for `model_dir` on `port` (float32, CPU)."""
-    return Command(_command() + ["serve", str(model_dir), "--host", "127.0.0.1", "--port",
-                                 str(port), "--device", "cpu", "--dtype", "float32",
-                                 "--log-level", "warning"],
-                   env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                        "TOKENIZERS_PARALLELISM": "false"}, health="/health")
+from properties.engines.transformers import serve_available, serve_command
+from properties.serve.server import LaunchError, Server, free_port  # noqa: F401
 
 
 class TransformersServer(Server):

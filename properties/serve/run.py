@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from properties.report import collect
-from properties.serve import deaths, engines, export, speed
-from properties.serve.engines import EngineMissing
+from properties import engines
+from properties.export import kit as export
+from properties.serve import deaths, speed
+from properties.engines import EngineMissing
 from properties.serve.server import LaunchError, Server
 
 SERVED_FAMILIES = "served_greedy,served_sequence,served_bounds,served_perfect_draft"

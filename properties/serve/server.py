@@ -16,8 +16,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
+
 
 
 class LaunchError(RuntimeError):
@@ -40,16 +40,6 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-@dataclass
-class Command:
-    """How to start one server: argv, extra environment, and its health path."""
-
-    argv: list
-    env: dict = field(default_factory=dict)
-    health: str = "/health"
-    cwd: str | None = None
 
 
 class Server:

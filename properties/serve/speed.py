@@ -17,8 +17,8 @@ import os
 import signal
 import time
 
-from properties.serve import metrics
-from properties.serve.client import Client, Request, ServedError
+from properties.engines import metrics
+from properties.adapters.client import Client, Request, ServedError
 
 PROMPTS = ((3, 9, 27, 3, 9, 27), (30, 1, 17, 8, 12), (0, 1, 2, 0, 1, 2, 0, 1), (5, 6, 5, 6, 5))
 TOKENS = 32

@@ -13,6 +13,7 @@ float64 models.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -22,21 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from properties.serve import engines, export  # noqa: E402
-from properties.serve.client import Client, Request  # noqa: E402
+from properties import engines  # noqa: E402
+from properties.export import kit as export  # noqa: E402
+from properties.adapters.client import Client, Request  # noqa: E402
 from properties.serve.server import Server  # noqa: E402
+from reference.sampling import SamplingParams  # noqa: E402
 
 # name -> the request (token ids; temperature 0 is greedy)
 REQUESTS = {
     "greedy": Request((3, 9, 27, 3, 9, 27), 12),
     "greedy_random_prompt": Request((30, 1, 17, 8, 12), 12),
-    "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, stop_ids=(27,)),
-    "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, stop_ids=(31, 3)),
-    "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, stop_ids=(0,)),
-    "sampled_seeded": Request((1, 2, 3), 6, temperature=1.0, seed=7),
-    "sampled_seeded_again": Request((1, 2, 3), 6, temperature=1.0, seed=7),
-    "sampled_n4": Request((1, 2, 3), 3, temperature=0.8, seed=11, n=4),
-    "sampled_top_p": Request((5, 6, 5, 6, 5), 3, temperature=1.3, top_p=0.9, seed=12),
+    "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_ids=(27,))),
+    "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, SamplingParams(stop_ids=(31, 3))),
+    "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, SamplingParams(stop_ids=(0,))),
+    "sampled_seeded": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
+    "sampled_seeded_again": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
+    "sampled_n4": Request((1, 2, 3), 3, SamplingParams(temperature=0.8, seed=11, n=4)),
+    "sampled_top_p": Request((5, 6, 5, 6, 5), 3, SamplingParams(temperature=1.3, top_p=0.9, seed=12)),
 }
 
 
@@ -59,7 +62,8 @@ def capture(name: str) -> dict:
         for key, req in REQUESTS.items():
             body = client.body(req)
             answer = client._post(body)
-            record["exchanges"][key] = {"request": req.__dict__, "body": body,
+            record["exchanges"][key] = {"request": {"prompt": req.prompt, "max_tokens": req.max_tokens,
+                                                   **dataclasses.asdict(req.sampling)}, "body": body,
                                         "answer": answer}
         if engine.dialect.counters == "metrics":
             pages = []

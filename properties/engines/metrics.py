@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from properties.serve.client import BadResponse
+from properties.adapters.client import BadResponse
 
 DRAFTED = ("vllm:spec_decode_num_draft_tokens_total",)
 ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total",)

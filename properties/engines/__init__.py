@@ -2,7 +2,7 @@
 
 Each module exposes one `ENGINE` (an Engine): how its environment is found (and which make
 target creates it), its version, the command lines of its baseline and of each speculation
-method, its health path, its response dialect (properties.serve.dialects), and the versions
+method, its health path, its response dialect (properties.adapters.dialects), and the versions
 the kit has been validated against. The client and the checks stay engine-agnostic.
 """
 
@@ -11,9 +11,19 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from properties.serve.dialects import Dialect
+from properties.adapters.dialects import Dialect
 
-# engine name -> module (under properties.serve.engines)
+
+@dataclass
+class Command:
+    """How to start one server: argv, extra environment, and its health path."""
+
+    argv: list
+    env: dict = field(default_factory=dict)
+    health: str = "/health"
+    cwd: str | None = None
+
+# engine name -> module (under properties.engines)
 ENGINES = {
     "vllm": "vllm",
     "llamacpp": "llamacpp",
@@ -55,7 +65,7 @@ class Engine:
     # where the engine reports counters: served_draft names in the kit's replay terms
     notes: tuple = field(default_factory=tuple)
     runnable: bool = True           # False: recipe only (needs hardware this kit lacks)
-    schedule: str | None = None     # end-of-request draft habit (properties.serve.acceptance)
+    schedule: str | None = None     # end-of-request draft habit (properties.acceptance)
     kit_args: tuple = ()            # extra pytest options the kit passes for this engine
 
     def method(self, name: str) -> Method:
@@ -68,4 +78,4 @@ class Engine:
 def get(name: str) -> Engine:
     if name not in ENGINES:
         raise KeyError(f"no engine {name!r}; the engines: {', '.join(ENGINES)}")
-    return importlib.import_module(f"properties.serve.engines.{ENGINES[name]}").ENGINE
+    return importlib.import_module(f"properties.engines.{ENGINES[name]}").ENGINE

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import torch
 
-from properties.serve import oracle
+from properties import served_oracle as oracle
 
 SCHEDULES = ("full", "capped")
 

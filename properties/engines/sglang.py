@@ -3,8 +3,8 @@ is printed (``python -m properties.serve recipes DIR``); `run` refuses it with t
 
 from __future__ import annotations
 
-from properties.serve import dialects
-from properties.serve.engines import Engine, EngineMissing, Method
+from properties.adapters import dialects
+from properties.engines import Engine, EngineMissing, Method
 
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "STANDALONE draft model", "draft-early-exit"),

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from properties.serve.export import generation_config
-from properties.serve.models import standalone_early_exit
-from properties.serve.tokenizer import tokenizer_config
+from properties.export.kit import generation_config
+from properties.models.served import standalone_early_exit
+from properties.models.tokenizer import tokenizer_config
 from reference.checkpoint import save_pretrained
 from reference.pretrained import TrainedPair, load
 

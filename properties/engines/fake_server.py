@@ -18,7 +18,7 @@ float64 target, and can be told to misbehave in one named way:
     "die_on_top_k"    the process exits (a crash, as an engine's would) at the first sampled
                       request with top_k > 0: the kit's self-test of a server that dies
 
-Run as a process (``python -m properties.serve.fake --port P [--behaviour B]``) it is the
+Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
 `fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
 Its /metrics counters follow a perfect draft with k = 4 drafted per round ("full" schedule).
 """
@@ -34,7 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import torch
 
-from properties.serve import oracle, tokenizer
+from properties import served_oracle as oracle
+from properties.models import tokenizer
 from reference.sampling import probs_from_logits
 
 BEHAVIOURS = (None, "wrong_model", "wrong_token", "ignore_stop", "ignore_seed", "fixed_seed",
@@ -195,7 +196,7 @@ def _rounds(length: int) -> int:
 
 def main(argv=None) -> int:
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m properties.serve.fake")
+    parser = argparse.ArgumentParser(prog="python -m properties.engines.fake_server")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--behaviour", default=None, choices=[b for b in BEHAVIOURS if b])
     args = parser.parse_args(argv)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from properties.serve import dialects
-from properties.serve.engines import Engine, Method
-from properties.serve.server import Command
+from properties.adapters import dialects
+from properties.engines import Command, Engine, Method
 
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
@@ -20,7 +19,7 @@ FAKE = dialects.Dialect("fake", "openai", stop_in_ids=True, stop_in_text=True, h
 
 
 def command(env, export_dir, method, port) -> Command:
-    argv = [sys.executable, "-m", "properties.serve.fake", "--port", str(port)]
+    argv = [sys.executable, "-m", "properties.engines.fake_server", "--port", str(port)]
     behaviour = BEHAVIOUR.get(method.name) if method is not None else None
     if behaviour:
         argv += ["--behaviour", behaviour]

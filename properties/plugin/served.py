@@ -94,7 +94,7 @@ def options(config) -> dict:
 def _engine(name):
     if name is None:
         return None
-    from properties.serve import engines
+    from properties import engines
     try:
         return engines.get(name)
     except KeyError as exc:
@@ -103,7 +103,7 @@ def _engine(name):
 
 def configure(impl, opts: dict) -> None:
     """Apply the options to a ServedImpl (its client, baseline, tolerance, draft)."""
-    from properties.serve.client import Client
+    from properties.adapters.client import Client
 
     client = impl.client
     engine = opts["engine"]
@@ -127,7 +127,7 @@ def configure(impl, opts: dict) -> None:
 
 
 def _served_impl(config):
-    from properties.serve.impl import ServedImpl
+    from properties.adapters.served import ServedImpl
     impl = getattr(config, "_kit_impl", None)
     return impl if isinstance(impl, ServedImpl) else None
 
@@ -154,7 +154,7 @@ def served(pytestconfig):
         configure(impl, options(pytestconfig))
         pytestconfig._served_configured = True
     if not getattr(pytestconfig, "_served_confirmed", False):
-        from properties.serve.checks import Refusal, check_identity
+        from properties.checks.served import Refusal, check_identity
         try:
             check_identity(impl.client, impl.logit_tolerance, role="--impl")
             if impl.baseline is not None:

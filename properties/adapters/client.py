@@ -8,7 +8,7 @@ and the two request dialects the kit speaks.
   speculation such as ``prompt_lookup_num_tokens``), and returns text only.
 
 Token ids travel as ids where the server takes and returns them; otherwise through the served
-models' tokenizer, whose text <-> ids map is exact (properties.serve.tokenizer). When a
+models' tokenizer, whose text <-> ids map is exact (properties.models.tokenizer). When a
 response carries both ids and text, they must agree.
 
 Every failure is a ServedError naming the URL and what went wrong; nothing waits forever
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shlex
 import socket
 import threading
 import time
@@ -26,10 +27,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
-from properties.serve import dialects, tokenizer
-from properties.serve.deaths import curl_line
+from properties.adapters import dialects
+from properties.models import tokenizer
+from reference.sampling import SamplingParams
 
 APIS = ("auto", "openai", "transformers", "llamacpp")
+
+
+def curl_line(url: str, body: dict) -> str:
+    """The request as a shell command anyone can replay."""
+    return (f"curl -sS {shlex.quote(url)} -H 'Content-Type: application/json' "
+            f"-d {shlex.quote(json.dumps(body, sort_keys=True))}")
 
 
 class ServedError(Exception):
@@ -60,12 +68,7 @@ class Request:
 
     prompt: tuple
     max_tokens: int
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    stop_ids: tuple = ()
-    seed: int | None = None
-    n: int = 1
+    sampling: SamplingParams = SamplingParams()
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class Client:
         self.dialect = dialect
         self.api = dialect.api if api == "auto" and dialect.api != "auto" else api
         self.model = model
-        self.watchdog = None    # properties.serve.deaths.Watchdog: is a failure a death?
+        self.watchdog = None    # properties.serve.deaths.Watchdog, set by the plugin: is a failure a death?
         self.timeout = float(timeout)
         self.concurrency = concurrency
         self.extra_generation_config = dict(extra_generation_config or {})
@@ -249,41 +252,41 @@ class Client:
         return self._body(req)
 
     def _body(self, req: Request) -> dict:
-        sampling = req.temperature > 0
+        sampling = req.sampling.temperature > 0
         if self.api == "transformers":
             config = {"do_sample": sampling, "max_new_tokens": req.max_tokens, "min_new_tokens": 0,
-                      "eos_token_id": list(req.stop_ids) or None, "top_k": req.top_k,
-                      "top_p": req.top_p}
+                      "eos_token_id": list(req.sampling.stop_ids) or None, "top_k": req.sampling.top_k,
+                      "top_p": req.sampling.top_p}
             if sampling:
-                config["temperature"] = req.temperature
+                config["temperature"] = req.sampling.temperature
             config.update(self.extra_generation_config)
             body = {"model": self.model, "prompt": tokenizer.decode(req.prompt),
                     "max_tokens": req.max_tokens, "generation_config": json.dumps(config)}
-            if req.seed is not None:
-                body["seed"] = req.seed
+            if req.sampling.seed is not None:
+                body["seed"] = req.sampling.seed
             return body
         if self.api == "llamacpp":
             # llama-server's own /completion: token-id prompt, tokens back, one completion
             # per request, stops as strings (one character per kit token)
             body = {"prompt": list(req.prompt), "n_predict": req.max_tokens,
-                    "temperature": req.temperature, "top_k": req.top_k, "top_p": req.top_p,
+                    "temperature": req.sampling.temperature, "top_k": req.sampling.top_k, "top_p": req.sampling.top_p,
                     "stream": False}
             body.update(self.dialect.neutral)
-            if req.stop_ids:
-                body["stop"] = [tokenizer.decode([t]) for t in req.stop_ids]
-            if req.seed is not None:
-                body["seed"] = req.seed
+            if req.sampling.stop_ids:
+                body["stop"] = [tokenizer.decode([t]) for t in req.sampling.stop_ids]
+            if req.sampling.seed is not None:
+                body["seed"] = req.sampling.seed
             return body
         body = {"model": self.model, "prompt": list(req.prompt), "max_tokens": req.max_tokens,
-                "temperature": req.temperature, "top_p": req.top_p, "n": req.n,
+                "temperature": req.sampling.temperature, "top_p": req.sampling.top_p, "n": req.sampling.n,
                 "ignore_eos": True, "return_token_ids": True, "stream": False}
         body.update(self.dialect.neutral)
-        if req.top_k:
-            body["top_k"] = req.top_k
-        if req.stop_ids:
-            body["stop_token_ids"] = list(req.stop_ids)
-        if req.seed is not None:
-            body["seed"] = req.seed
+        if req.sampling.top_k:
+            body["top_k"] = req.sampling.top_k
+        if req.sampling.stop_ids:
+            body["stop_token_ids"] = list(req.sampling.stop_ids)
+        if req.sampling.seed is not None:
+            body["seed"] = req.sampling.seed
         return body
 
     def _post(self, body: dict):
@@ -326,7 +329,7 @@ class Client:
             pieces += (len(got.tokens),)
             drafted += got.drafted or 0
             accepted += got.accepted or 0
-            stopped_by_request = bool(tokens) and tokens[-1] in req.stop_ids
+            stopped_by_request = bool(tokens) and tokens[-1] in req.sampling.stop_ids
             if (got.finish_reason != "eos" or len(tokens) >= req.max_tokens
                     or stopped_by_request or not got.tokens):
                 reason = got.finish_reason
@@ -334,9 +337,10 @@ class Client:
                     reason = "stop" if stopped_by_request else "length"
                 return Completion(tokens, reason, drafted, accepted,
                                   pieces if len(pieces) > 1 else ())
-            seed = None if req.seed is None else (req.seed * 1_000_003 + len(tokens)) % 2**31
+            seed = None if req.sampling.seed is None else (req.sampling.seed * 1_000_003 + len(tokens)) % 2**31
             part = replace(req, prompt=tuple(req.prompt) + tokens,
-                           max_tokens=req.max_tokens - len(tokens), seed=seed)
+                           max_tokens=req.max_tokens - len(tokens),
+                           sampling=replace(req.sampling, seed=seed))
 
     def read_answer(self, answer, req: Request) -> list[Completion]:
         """The completions of one response body (parsed JSON) to request `req`, read by this
@@ -393,7 +397,7 @@ class Client:
             if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
                 raise BadResponse(f"{where}: token_ids holds a non-integer: {ids[:20]}")
             ids = tuple(ids)
-            stops = set(req.stop_ids) if req is not None else set()
+            stops = set(req.sampling.stop_ids) if req is not None else set()
             # dialect: a matched stop id ends token_ids but is left out of the text (vLLM)
             stop_cut = bool(ids) and ids[-1] in stops and from_text == ids[:-1]
             if from_text is not None and from_text != ids and not stop_cut:
@@ -408,21 +412,21 @@ class Client:
     def complete(self, req: Request) -> list[Completion]:
         """The request's completions: n of them (several requests where n is not supported)."""
         self.resolve()
-        if req.n > 1 and (self.api in ("transformers", "llamacpp")
+        if req.sampling.n > 1 and (self.api in ("transformers", "llamacpp")
                           or self.dialect.honours_n is False):
             self.supports_n = False   # transformers serve ignores n (it logs a warning)
-        if req.n > 1 and self.supports_n is False:
-            return [c for i in range(req.n)
+        if req.sampling.n > 1 and self.supports_n is False:
+            return [c for i in range(req.sampling.n)
                     for c in self._complete(_single(req, i))]
         got = self._complete(req)
-        if req.n > 1:
-            if len(got) == req.n:
+        if req.sampling.n > 1:
+            if len(got) == req.sampling.n:
                 self.supports_n = True
             elif len(got) == 1 and self.supports_n is None:
                 self.supports_n = False
-                got += [c for i in range(1, req.n) for c in self._complete(_single(req, i))]
+                got += [c for i in range(1, req.sampling.n) for c in self._complete(_single(req, i))]
             else:
-                raise BadResponse(f"{self.url}: asked for n={req.n} completions, got {len(got)}")
+                raise BadResponse(f"{self.url}: asked for n={req.sampling.n} completions, got {len(got)}")
         elif len(got) != 1:
             raise BadResponse(f"{self.url}: asked for one completion, got {len(got)}")
         return got
@@ -449,6 +453,5 @@ class Client:
 
 def _single(req: Request, i: int) -> Request:
     """The i-th of n single requests standing in for one request with n: its own seed."""
-    from dataclasses import replace
-    seed = None if req.seed is None else (req.seed * 1_000_003 + i) % 2**31
-    return replace(req, n=1, seed=seed)
+    seed = None if req.sampling.seed is None else (req.sampling.seed * 1_000_003 + i) % 2**31
+    return replace(req, sampling=replace(req.sampling, n=1, seed=seed))

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from properties.serve.models import build
+from properties.models.served import build
 from reference.cache import KVCache
 from reference.sampling import probs_from_logits
 

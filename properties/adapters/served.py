@@ -9,7 +9,7 @@ own). The client starts with defaults; the pytest plugin applies the command lin
 from __future__ import annotations
 
 from properties.impl import Impl, ImplError
-from properties.serve.client import Client, parse_url
+from properties.adapters.client import Client, parse_url
 
 # Greedy divergences where the float64 target's top-two logit gap is below this are rounding
 # ties. The served models compute in float32 (export and recipes); their logits are O(10) and
@@ -32,7 +32,7 @@ class ServedImpl(Impl):
         self.draft = "unknown"                   # "perfect": the server drafts with the target
         self.k = 4                               # proposals per round (--served-k)
         self.schedule = None                     # the engine's end-of-request draft habit
-        self.engine = None                       # properties.serve.engines name, if known
+        self.engine = None                       # properties.engines name, if known
 
     def has(self, level: str) -> bool:
         return level == "served"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from properties.serve import models, tokenizer
+from properties.models import served as models
+from properties.models import tokenizer
 from reference.checkpoint import load_pretrained, save_pretrained
 
 DTYPE = torch.float32

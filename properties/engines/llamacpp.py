@@ -16,10 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from properties.serve import dialects
-from properties.serve.engines import Engine, EngineMissing, Method
-from properties.serve.engines.local import engines_dir, output
-from properties.serve.server import Command
+from properties.adapters import dialects
+from properties.engines import Command, Engine, EngineMissing, Method
+from properties.engines.local import engines_dir, output
 
 K = 4
 METHODS = {m.name: m for m in (

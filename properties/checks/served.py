@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 from properties import statistics
 from properties.harness import fail, law_mismatch
-from properties.report import evidence
-from properties.serve import acceptance, oracle
-from properties.serve.cases import ServedCase
-from properties.serve.client import BadResponse, Completion, Request, ServedError
-from properties.serve.metrics import acceptance_counters
+from properties import evidence
+from properties import acceptance
+from properties import served_oracle as oracle
+from properties.cases import ServedCase
+from properties.adapters.client import BadResponse, Completion, Request, ServedError
+from properties.engines.metrics import acceptance_counters
+from reference.sampling import SamplingParams
 
 # The design deviation of the served sampling check: total variation >= DELTA_SERVED in the
 # joint law of the first L tokens is detected with power POWER at level ALPHA.
@@ -35,7 +38,7 @@ N_PER_REQUEST = 16
 PROBES = ((0, 1, 2, 3), (31, 7, 7, 19, 4), (5,))
 PROBE_TOKENS = 8
 
-_MODULE = "properties.serve.checks"
+_MODULE = "properties.checks.served"
 
 
 class Refusal(Exception):
@@ -47,11 +50,12 @@ def _seed(case_seed: int, i: int) -> int:
 
 
 def _request(case: ServedCase, **changes) -> Request:
-    fields = dict(prompt=tuple(case.prompt), max_tokens=case.max_tokens,
-                  temperature=case.temperature, top_k=case.top_k, top_p=case.top_p,
-                  stop_ids=tuple(case.stop_ids), seed=case.seed)
-    fields.update(changes)
-    return Request(**fields)
+    sampling = SamplingParams(temperature=case.temperature, top_k=case.top_k, top_p=case.top_p,
+                              stop_ids=tuple(case.stop_ids), seed=case.seed)
+    sampling = replace(sampling, **{k: changes.pop(k) for k in list(changes)
+                                    if k not in ("prompt", "max_tokens")})
+    return Request(changes.get("prompt", tuple(case.prompt)),
+                   changes.get("max_tokens", case.max_tokens), sampling)
 
 
 def _send(impl, prop, check, case, client, requests):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from properties.serve.models import VOCAB
+from properties.models.served import VOCAB
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEF"
 assert len(ALPHABET) == VOCAB == len(set(ALPHABET))
