@@ -1,0 +1,47 @@
+"""The conformance kit for speculative decoding: ``pytest properties/ --impl=NAME``.
+
+Where to start reading: ``families.py`` (what is checked, family by family), then one family's
+test module (``test_greedy.py``) and its check (``checks/greedy.py``). Everything else serves
+those two.
+
+How data flows from ``--impl`` to the verdict:
+
+    --impl=NAME ─► impl.py ─► an Impl (its functions, grouped in levels)
+                   │  reference / fast / a module / a .py file       (in-process)
+                   │  transformers, transformers-lookup             (adapters/transformers.py)
+                   │  openai:URL                                    (adapters/served.py + client.py)
+                   ▼
+    test_<family>.py: Hypothesis draws a case (strategies.py ─► cases.py: specs of the models,
+                   prompt, k, SamplingParams) ─► checks/<family>.py runs it:
+                   harness.py calls the implementation on the kit's models (models/), under
+                   guards.py; invariants.py reads what the models recorded; oracle.py computes
+                   the exact answer (greedy output, sampling law); statistics.py judges a sample
+                   ─► a PropertyFailure with a replay line (replay.py), or a pass with the
+                   evidence recorded (evidence.py)
+                   ▼
+    plugin/kit.py: applicability per family, the conformance summary, one verdict
+                   (CONFORMANT / NOT CONFORMANT / INCOMPLETE); report/ draws the evidence
+
+The parts:
+
+    core         families.py, cases.py, strategies.py (importable by anyone), oracle.py,
+                 statistics.py (chi-square plans with stated alpha and power), harness.py,
+                 guards.py, invariants.py, acceptance.py (the exact counters a server must
+                 report), evidence.py, profiles.py (Hypothesis profiles), progress.py,
+                 replay.py, impl.py (finding the implementation under test)
+    models/      the kit's float64 models: trace (instrumentation), tables, specs, the
+                 wrappers engines are handed, and the fixed served models with their tokenizer
+    checks/      one module per family; served.py holds the served families' checks
+    test_*.py    the families as pytest tests, one module each (served ones: test_served_*.py)
+    adapters/    implementations under test that are not written against the chapter's API:
+                 transformers' assisted generation, and any server over HTTP (the OpenAI
+                 client, its default dialect, the served Impl)
+    engines/     one file per production engine (vLLM, llama.cpp, transformers serve, SGLang,
+                 the fake): environment, command lines per method, health, dialect, counters
+    serve/       the launcher: ``python -m properties.serve run ENGINE METHOD`` starts an
+                 engine and its baseline, runs the served families, stops them
+    export/      the kit's checkpoints as Hugging Face directories, the trained pair, recipes
+    plugin/      the pytest plugin (conftest.py only loads it)
+    report/      ``--kit-report=DIR``: the evidence behind a verdict as an HTML page
+    known/       known failures per engine; findings/: standalone reproductions of them
+"""
