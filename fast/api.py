@@ -11,6 +11,7 @@ from fast import checks
 from fast.engine import FastEngine, graphs_wanted, is_drafter
 from fast.tree import TreeShape, check_tree
 from fast.weights import check_model, model_weights
+from reference.sampling import SamplingParams
 
 # target module -> {size key: engine}; only engines with captured graphs are kept.
 _ENGINES = weakref.WeakKeyDictionary()
@@ -58,6 +59,29 @@ def _same_models(engine: FastEngine, target_weights, draft) -> bool:
         a.qkv is b.qkv for a, b in zip(mine.layers, theirs.layers))
 
 
+def _sampling_args(sampling, temperature, top_k, top_p, stop_ids) -> tuple:
+    """(temperature, top_k, top_p, stop_ids) of a call: from `sampling` when it is given (a
+    keyword left at its default defers to it; one given with another value is an error naming
+    both), else the keywords themselves. The sampler's randomness stays the `generator`'s."""
+    if sampling is None:
+        return temperature, top_k, top_p, stop_ids
+    if not isinstance(sampling, SamplingParams):
+        raise ValueError(f"sampling must be a reference.sampling.SamplingParams or None, got "
+                         f"{type(sampling).__name__}")
+    if sampling.n != 1:
+        raise ValueError(f"sampling.n={sampling.n!r}: one output per prompt (repeat a prompt in "
+                         f"the batch for more)")
+    for name, value, default in (("temperature", temperature, 0.0), ("top_k", top_k, 0),
+                                 ("top_p", top_p, 1.0), ("stop_ids", stop_ids, ())):
+        theirs = getattr(sampling, name)
+        if name == "stop_ids":
+            value = tuple(int(t) for t in value)
+        if value != default and value != theirs:
+            raise ValueError(f"{name}={value!r} and sampling.{name}={theirs!r} disagree: give "
+                             f"one of them")
+    return sampling.temperature, sampling.top_k, sampling.top_p, sampling.stop_ids
+
+
 def _cache_needed(prompts, max_new, width) -> int:
     """Slots the longest row needs: its prompt, its new tokens and one block of `width`."""
     return max(max(len(p) for p in prompts),
@@ -65,7 +89,8 @@ def _cache_needed(prompts, max_new, width) -> int:
 
 
 def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.0, stop_ids=(),
-                     generator=None, *, top_k=0, top_p=1.0, cuda_graphs=None):
+                     generator=None, *, top_k=0, top_p=1.0, cuda_graphs=None,
+                     sampling: SamplingParams | None = None):
     """Speculative decoding of a ragged batch: (outputs, stats).
 
     Under greedy decoding row i is exactly the target's greedy continuation of prompts[i],
@@ -73,7 +98,11 @@ def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.
     each row is distributed exactly as the target's ancestral sampling with the same
     temperature / top_k / top_p. cuda_graphs=None: on when CUDA is available; False: eager.
     `draft` is a Qwen3-family model or a drafter object (fast/drafter.py protocol).
+    `sampling` (reference.sampling.SamplingParams), when given, supplies temperature, top_k,
+    top_p and stop_ids (the project's one sampling type; see _sampling_args).
     """
+    temperature, top_k, top_p, stop_ids = _sampling_args(sampling, temperature, top_k, top_p,
+                                                         stop_ids)
     checks.check_cuda_graphs(cuda_graphs)
     checks.check_k(k)
     vocab = model_weights(target, "target").shape.vocab_size
@@ -97,11 +126,15 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
 
 
 def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
-                  temperature=0.0, generator=None, top_k=0, top_p=1.0, cuda_graphs=None):
+                  temperature=0.0, generator=None, top_k=0, top_p=1.0, cuda_graphs=None,
+                  sampling: SamplingParams | None = None):
     """Tree speculation for one prompt: (tokens, stats). tree[d] is the branching factor at
     depth d + 1. At temperature 0 the output is exactly the target's greedy continuation;
     above it, children are i.i.d. draft samples verified by recursive rejection and the output
-    is distributed exactly as the target's sampling (temperature, top_k, top_p)."""
+    is distributed exactly as the target's sampling (temperature, top_k, top_p). `sampling`:
+    as in batched_generate."""
+    temperature, top_k, top_p, stop_ids = _sampling_args(sampling, temperature, top_k, top_p,
+                                                         stop_ids)
     checks.check_cuda_graphs(cuda_graphs)
     checks.check_sampling(temperature, top_k, top_p)
     vocab = model_weights(target, "target").shape.vocab_size

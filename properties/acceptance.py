@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import torch
 
-from properties import served_oracle as oracle
+from properties import oracle
 
 SCHEDULES = ("full", "capped")
 
@@ -38,7 +38,7 @@ class Expected:
 def _draft_greedy(draft: str, seq: tuple, k: int) -> tuple:
     out, s = [], list(seq)
     for _ in range(k):
-        token = int(torch.argmax(oracle.next_logits(s, draft)))
+        token = int(torch.argmax(oracle.served_next_logits([s], draft)[0]))
         out.append(token)
         s.append(token)
     return tuple(out)
@@ -54,7 +54,7 @@ def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
     if max_tokens < 1:
         return Expected(0, 0, 0)
     name = "target" if draft == "perfect" else draft
-    target = oracle.greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
+    target = oracle.served_greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
     end = max_tokens if produced is None else min(produced, max_tokens)
     committed = 1
     drafts = drafted = accepted = 0

@@ -2,17 +2,19 @@
 
 A case holds everything a check needs (model specs, prompt, k, seeds), and its repr is valid
 Python: a failure message prints it, and ``python -m properties.replay`` evaluates it to rerun
-exactly that example. Everything random inside a case is derived from its ``seed``.
+exactly that example. Everything random inside a case is derived from its seed (a case that
+samples: ``case.sampling.seed``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
 
 from properties.models import DraftSpec, Qwen3Spec, TableSpec, TrainedSpec  # noqa: F401  (replay namespace)
+from reference.sampling import SamplingParams
 
 # --------------------------------------------------------------------------- rule level
 
@@ -112,8 +114,29 @@ class RuleCase:
 
 # --------------------------------------------------------------------------- engine level
 
+_SAMPLING_FIELDS = frozenset(f.name for f in fields(SamplingParams))
+# A case's sampling: greedy unless told otherwise, seeded (everything random in a case is).
+GREEDY = SamplingParams(seed=0)
+
+
+class _Sampled:
+    """What every case that samples shares: `sampling` (reference.sampling.SamplingParams, the
+    project's one type for it), its seed an int (0 when none is given), and ``replace``, which
+    takes the sampling's own fields too (``case.replace(temperature=0.0, stop_ids=())``)."""
+
+    def __post_init__(self):
+        if self.sampling.seed is None:
+            object.__setattr__(self, "sampling", replace(self.sampling, seed=0))
+
+    def replace(self, **changes):
+        own = {name: changes.pop(name) for name in list(changes) if name in _SAMPLING_FIELDS}
+        if own:
+            changes["sampling"] = replace(changes.get("sampling", self.sampling), **own)
+        return replace(self, **changes)
+
+
 @dataclass(frozen=True)
-class EngineCase:
+class EngineCase(_Sampled):
     """One call of speculative_generate on kit models."""
 
     target: object            # TableSpec or Qwen3Spec
@@ -121,19 +144,11 @@ class EngineCase:
     prompt: tuple
     max_new_tokens: int
     k: int = 4
-    temperature: float = 0.0
-    stop_ids: tuple = ()
-    seed: int = 0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def replace(self, **changes) -> "EngineCase":
-        from dataclasses import replace
-        return replace(self, **changes)
+    sampling: SamplingParams = GREEDY
 
 
 @dataclass(frozen=True)
-class BatchCase:
+class BatchCase(_Sampled):
     """One call of batched_generate: prompts may differ in length and in max_new_tokens."""
 
     target: object
@@ -141,53 +156,35 @@ class BatchCase:
     prompts: tuple            # tuple of tuples
     max_new_tokens: object    # int or tuple of ints, one per prompt
     k: int = 4
-    temperature: float = 0.0
-    stop_ids: tuple = ()
-    seed: int = 0
-    top_k: int = 0
-    top_p: float = 1.0
+    sampling: SamplingParams = GREEDY
 
 
 @dataclass(frozen=True)
-class TreeCase:
+class TreeCase(_Sampled):
     """One call of tree_generate: tree[d] children under every node at depth d; greedy at
-    temperature 0, else sampled with a generator seeded from `seed`."""
+    temperature 0, else sampled with a generator seeded from the sampling's seed."""
 
     target: object
     draft: DraftSpec
     prompt: tuple
     max_new_tokens: int
     tree: tuple = (2, 2, 2)
-    stop_ids: tuple = ()
-    temperature: float = 0.0
-    seed: int = 0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def replace(self, **changes) -> "TreeCase":
-        from dataclasses import replace
-        return replace(self, **changes)
+    sampling: SamplingParams = GREEDY
 
 
 # --------------------------------------------------------------------------- served engines
 
 @dataclass(frozen=True)
-class ServedCase:
+class ServedCase(_Sampled):
     """One completion request to the served target (token ids; temperature 0 is greedy)."""
 
     prompt: tuple
     max_tokens: int
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    stop_ids: tuple = ()
-    seed: int = 0
-
-    def replace(self, **changes) -> "ServedCase":
-        return replace(self, **changes)
+    sampling: SamplingParams = GREEDY
 
 
 def namespace() -> dict:
     """Names a case's repr may use (for eval in the replay tool)."""
     return {cls.__name__: cls for cls in (PairSpec, RuleCase, EngineCase, BatchCase, TreeCase,
-                                          TableSpec, Qwen3Spec, TrainedSpec, DraftSpec, ServedCase)}
+                                          TableSpec, Qwen3Spec, TrainedSpec, DraftSpec, ServedCase,
+                                          SamplingParams)}

@@ -253,11 +253,15 @@ def _token(t) -> int:
 
 
 def engine_kwargs(impl: Impl, case) -> dict:
-    kw = {"k": case.k, "temperature": case.temperature, "stop_ids": tuple(case.stop_ids)}
-    if case.top_k and impl.accepts("speculative_generate", "top_k"):
-        kw["top_k"] = case.top_k
-    if case.top_p < 1 and impl.accepts("speculative_generate", "top_p"):
-        kw["top_p"] = case.top_p
+    """The keyword arguments of speculative_generate for `case` (its k and its sampling in the
+    chapter's terms: temperature, stop_ids, and top_k / top_p where they filter and the
+    implementation accepts them)."""
+    s = case.sampling
+    kw = {"k": case.k, "temperature": s.temperature, "stop_ids": tuple(s.stop_ids)}
+    if s.top_k and impl.accepts("speculative_generate", "top_k"):
+        kw["top_k"] = s.top_k
+    if s.top_p < 1 and impl.accepts("speculative_generate", "top_p"):
+        kw["top_p"] = s.top_p
     return kw
 
 
@@ -286,7 +290,7 @@ def _check_determinism(impl: Impl, case: EngineCase) -> EngineFault | None:
     that two independent samples (an engine drawing from the clock or os.urandom) coincide
     with negligible probability."""
     probe = case
-    if case.temperature > 0:
+    if case.sampling.temperature > 0:
         probe = case.replace(max_new_tokens=max(case.max_new_tokens, 24), stop_ids=())
     first = _run_once(impl, probe, False, None, None)
     second = _run_once(impl, probe, False, None, None)
@@ -304,7 +308,7 @@ def _run_once(impl, case, check_logits, models, generator) -> EngineRun:
     trace = Trace(check_logits=check_logits)
     target, draft = build_pair(case.target, case.draft, trace) if models is None else models(trace)
     if generator is None:
-        generator = seed_everything(case.seed)
+        generator = seed_everything(case.sampling.seed)
     prompt = list(case.prompt)
     try:
         with trace.active():

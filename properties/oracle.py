@@ -1,11 +1,23 @@
-"""What a lossless engine must produce, computed from the target alone.
+"""What a lossless engine must produce, computed from the target alone, exactly (float64).
 
-* ``greedy``: the target's greedy continuation, each step an exact argmax (lowest index wins a
-  tie) of float64 logits from a fresh prefill of the whole prefix; with the top-two logit gap at
-  every step, so that a divergence at a genuine tie can be told apart from a bug.
-* ``sequence_law``: the exact probability of every possible output of ancestral sampling from
-  the target for L steps (temperature, top-k, top-p exactly as ``reference.sampling`` defines
-  them), where a stop id ends a sequence early.
+One computation, over any model given as a *batched next-logits function*
+``next_logits(seqs: list[tuple]) -> Tensor[B, V]`` (float64; row b scores the token after the
+non-empty seqs[b], from a fresh prefill):
+
+* ``greedy_from(next_logits, prompt, n, stop_ids)``: the greedy continuation, each step an exact
+  argmax (lowest index wins a tie), with the top-two logit gap at every step, so that a
+  divergence at a genuine tie can be told apart from a bug;
+* ``law_from(next_logits, prompt, L, temperature, top_k, top_p, stop_ids)``: the exact
+  probability of every possible output of ancestral sampling for L steps (temperature, top-k,
+  top-p exactly as ``reference.sampling`` defines them), a stop id ending an output early;
+  outcomes in lexicographic order, one batched call per step for every open prefix.
+
+Entry points, cached by the model's identity (``clear()`` forgets them all):
+
+* kit specs (properties.models): ``greedy(spec, ...)``, ``sequence_law(spec, ...)``;
+* the served target (properties.models.served, the weights a server loads):
+  ``served_greedy``, ``served_law``, ``served_logits`` (every position of a continuation in one
+  forward) and ``served_next_logits`` (the batched next-logits of any served model).
 """
 
 from __future__ import annotations
@@ -14,60 +26,157 @@ from functools import lru_cache
 
 import torch
 
-from properties.models import KitModel, build_target
+from properties.models import build_target
+from properties.models import served as served_models
+from reference.cache import KVCache
 from reference.sampling import probs_from_logits
 
 # Logit gaps below this count as ties: float64 forwards of the same model agree to ~1e-13.
 TIE_TOLERANCE = 1e-9
 
+SERVED_TARGET = "target"
 
-@lru_cache(maxsize=256)
-def _greedy(spec, prompt: tuple, n: int, stops: frozenset):
-    model = build_target(spec, role="oracle")
-    seq, out, gaps = list(prompt), [], []
+
+# --------------------------------------------------------------------------- the computation
+
+def greedy_from(next_logits, prompt, n: int, stop_ids=()) -> tuple[tuple, tuple]:
+    """(tokens, gaps): the greedy continuation of `prompt` under `next_logits` (stopping after
+    the first stop id) and the top-two logit gap at each step."""
+    stops = frozenset(stop_ids)
+    seq, out, gaps = tuple(prompt), [], []
     for _ in range(n):
-        logits = model.next_logits(seq)
+        logits = next_logits([seq])[0]
         token = int(torch.argmax(logits))
         top = torch.topk(logits, min(2, logits.numel())).values
         gaps.append(float(top[0] - top[1]) if top.numel() > 1 else float("inf"))
         out.append(token)
-        seq.append(token)
+        seq += (token,)
         if token in stops:
             break
     return tuple(out), tuple(gaps)
 
 
-def greedy(spec, prompt, n: int, stop_ids=()) -> tuple[list[int], list[float]]:
-    """The target's greedy continuation (stopping after the first stop id) and its gaps."""
-    out, gaps = _greedy(spec, tuple(int(t) for t in prompt), int(n), frozenset(stop_ids))
-    return list(out), list(gaps)
-
-
-@lru_cache(maxsize=64)
-def _law(spec, prompt: tuple, L: int, temperature: float, top_k: int, top_p: float,
-         stops: frozenset):
-    model: KitModel = build_target(spec, role="oracle")
+def law_from(next_logits, prompt, L: int, temperature: float, top_k: int = 0,
+             top_p: float = 1.0, stop_ids=()) -> dict:
+    """outcome (tuple of generated tokens) -> exact probability, in lexicographic order."""
+    stops = frozenset(stop_ids)
+    prompt = tuple(prompt)
     law: dict = {}
+    frontier = [((), 1.0)]
+    for _ in range(L):
+        open_ = []
+        for p, m in frontier:
+            if p and p[-1] in stops:
+                law[p] = m
+            else:
+                open_.append((p, m))
+        if not open_:
+            frontier = []
+            break
+        rows = next_logits([prompt + p for p, _ in open_])
+        probs = probs_from_logits(rows.double(), temperature, top_k, top_p)
+        frontier = []
+        for (p, m), row in zip(open_, probs.tolist()):
+            frontier += [(p + (t,), m * pr) for t, pr in enumerate(row) if pr > 0]
+    for p, m in frontier:
+        law[p] = m
+    return {p: law[p] for p in sorted(law)}
 
-    def expand(prefix: tuple, mass: float):
-        if len(prefix) == L or (prefix and prefix[-1] in stops):
-            law[prefix] = law.get(prefix, 0.0) + mass
-            return
-        logits = model.next_logits(list(prompt) + list(prefix))
-        probs = probs_from_logits(logits.double(), temperature, top_k, top_p)
-        for token, pr in enumerate(probs.tolist()):
-            if pr > 0:
-                expand(prefix + (token,), mass * pr)
 
-    expand((), 1.0)
-    return law
+# --------------------------------------------------------------------------- the models
+
+def _kit_next_logits(spec):
+    model = build_target(spec, role="oracle")
+    return lambda seqs: torch.stack([model.next_logits(list(s)) for s in seqs])
+
+
+def _served_forward(seqs, name: str) -> torch.Tensor:
+    """Float64 logits [B, T, V] of served model `name` for equal-length sequences, from a
+    fresh prefill."""
+    model = served_models.build(name)
+    c = model.config
+    cache = KVCache(len(model.layers), len(seqs), c.num_key_value_heads, c.head_dim,
+                    len(seqs[0]), torch.float64, "cpu")
+    with torch.inference_mode():
+        return model(torch.tensor([list(s) for s in seqs], dtype=torch.long), cache)
+
+
+def served_next_logits(seqs, name: str = SERVED_TARGET) -> torch.Tensor:
+    """[B, V]: served model `name`'s logits for the token after each non-empty seqs[b] (one
+    forward per length)."""
+    seqs = [tuple(s) for s in seqs]
+    if len({len(s) for s in seqs}) == 1:
+        return _served_forward(seqs, name)[:, -1]
+    return torch.stack([_served_forward([s], name)[0, -1] for s in seqs])
+
+
+def _next_logits(model: tuple):
+    """The batched next-logits function of a model identity: ("kit", spec) or ("served", name)."""
+    kind, which = model
+    if kind == "kit":
+        return _kit_next_logits(which)
+    return lambda seqs: served_next_logits(seqs, which)
+
+
+@lru_cache(maxsize=768)
+def _greedy(model: tuple, prompt: tuple, n: int, stops: frozenset):
+    return greedy_from(_next_logits(model), prompt, n, stops)
+
+
+@lru_cache(maxsize=192)
+def _law(model: tuple, prompt: tuple, L: int, temperature: float, top_k: int, top_p: float,
+         stops: frozenset):
+    return law_from(_next_logits(model), prompt, L, temperature, top_k, top_p, stops)
+
+
+def _cached_law(model, prompt, L, temperature, top_k, top_p, stop_ids) -> dict:
+    return dict(_law(model, tuple(int(t) for t in prompt), int(L), float(temperature),
+                     int(top_k), float(top_p), frozenset(int(s) for s in stop_ids)))
+
+
+def _cached_greedy(model, prompt, n, stop_ids) -> tuple[tuple, tuple]:
+    return _greedy(model, tuple(int(t) for t in prompt), int(n),
+                   frozenset(int(s) for s in stop_ids))
+
+
+# --------------------------------------------------------------------------- kit specs
+
+def greedy(spec, prompt, n: int, stop_ids=()) -> tuple[list[int], list[float]]:
+    """The kit target's greedy continuation (stopping after the first stop id) and its gaps."""
+    out, gaps = _cached_greedy(("kit", spec), prompt, n, stop_ids)
+    return list(out), list(gaps)
 
 
 def sequence_law(spec, prompt, L: int, temperature: float, top_k: int = 0, top_p: float = 1.0,
                  stop_ids=()) -> dict:
     """outcome (tuple of generated tokens) -> exact probability under the target's sampler."""
-    return dict(_law(spec, tuple(int(t) for t in prompt), int(L), float(temperature), int(top_k),
-                     float(top_p), frozenset(stop_ids)))
+    return _cached_law(("kit", spec), prompt, L, temperature, top_k, top_p, stop_ids)
+
+
+# --------------------------------------------------------------------------- the served target
+
+def served_greedy(prompt, n: int, stop_ids=()) -> list[int]:
+    """The served target's exact greedy continuation (lowest index wins a tie)."""
+    return list(_cached_greedy(("served", SERVED_TARGET), prompt, n, stop_ids)[0])
+
+
+def served_law(prompt, L: int, temperature: float, top_k: int = 0, top_p: float = 1.0,
+               stop_ids=()) -> dict:
+    """outcome (tuple of tokens) -> exact probability under the served target's sampler."""
+    return _cached_law(("served", SERVED_TARGET), prompt, L, temperature, top_k, top_p,
+                       stop_ids)
+
+
+def served_logits(prompt, tokens) -> torch.Tensor:
+    """[len(tokens), V]: row i is the served target's logits for the token after
+    prompt + tokens[:i] (one forward of prompt + tokens)."""
+    if not prompt:
+        raise ValueError("prompt must hold at least one token id, got an empty prompt")
+    if not tokens:
+        vocab = served_models.build(SERVED_TARGET).config.vocab_size
+        return torch.empty(0, vocab, dtype=torch.float64)
+    seq = list(prompt) + list(tokens)
+    return _served_forward([seq[:-1]], SERVED_TARGET)[0][len(prompt) - 1:]
 
 
 def clear() -> None:

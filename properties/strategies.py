@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from properties import served_oracle
+from properties import oracle
 from properties.cases import (P_KINDS, RELATIONS, BatchCase, EngineCase, PairSpec, RuleCase,
                               ServedCase, TreeCase)
 from properties.models import (TRAINED_DRAFTS, DraftSpec, Qwen3Spec, TableSpec, TrainedSpec,
                                draft_variants, trained_pair)
 from properties.models.served import VOCAB as SERVED_VOCAB
+from reference.sampling import SamplingParams
 
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
            "qwen3_specs", "target_specs", "draft_specs", "prompts", "greedy_cases",
@@ -114,7 +115,7 @@ def greedy_cases(draw, kind: str = "table", max_new=(0, 24), k=(1, 8), vocab=(2,
         stop_ids = tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=2, unique=True)))
     return EngineCase(target=target, draft=draft, prompt=prompt,
                       max_new_tokens=draw(st.integers(*max_new)), k=draw(st.integers(*k)),
-                      temperature=0.0, stop_ids=stop_ids, seed=draw(seeds()))
+                      sampling=SamplingParams(stop_ids=stop_ids, seed=draw(seeds())))
 
 
 TEMPERATURES = (0.7, 1.6, 0.5, 1.3, 2.0, 1.0)
@@ -134,7 +135,8 @@ def sampling_cases(draw, kind: str = "table", vocab=(3, 5), length=(2, 2), k=(1,
         L = 2
     case = EngineCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
                       max_new_tokens=L, k=draw(st.integers(*k)),
-                      temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
+                      sampling=SamplingParams(temperature=draw(st.sampled_from(TEMPERATURES)),
+                                              seed=draw(seeds())))
     return _sampling_options(draw, case, top_k, top_p, stops)
 
 
@@ -165,7 +167,8 @@ def batch_cases(draw, rows=(2, 4), vocab=(2, 24), max_new=(0, 16), k=(1, 6),
         limit = draw(st.integers(*max_new))
     stop_ids = tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1)))
     return BatchCase(target=target, draft=draft, prompts=batch, max_new_tokens=limit,
-                     k=draw(st.integers(*k)), stop_ids=stop_ids, seed=draw(seeds()))
+                     k=draw(st.integers(*k)),
+                     sampling=SamplingParams(stop_ids=stop_ids, seed=draw(seeds())))
 
 
 @st.composite
@@ -177,8 +180,10 @@ def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
     return TreeCase(target=target, draft=draw(draft_specs(target)),
                     prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
                     tree=draw(st.sampled_from(shapes)),
-                    stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1), max_size=1))),
-                    seed=draw(seeds()))
+                    sampling=SamplingParams(
+                        stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1),
+                                                     max_size=1))),
+                        seed=draw(seeds())))
 
 
 # Depth >= 4 with branching at the top, where a mask or position bug has siblings, uncles and
@@ -195,7 +200,7 @@ def deep_tree_cases(draw, vocab=(4, 12), max_new=(10, 24), shapes=DEEP_SHAPES) -
     target = draw(qwen3_specs(vocab=vocab))
     return TreeCase(target=target, draft=draw(draft_specs(target, ("noisy", "perfect"))),
                     prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
-                    tree=draw(st.sampled_from(shapes)), seed=draw(seeds()))
+                    tree=draw(st.sampled_from(shapes)), sampling=SamplingParams(seed=draw(seeds())))
 
 
 @st.composite
@@ -212,7 +217,8 @@ def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), 
         L = 2
     case = TreeCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
                     max_new_tokens=L, tree=draw(st.sampled_from(shapes)),
-                    temperature=draw(st.sampled_from(TEMPERATURES)), seed=draw(seeds()))
+                    sampling=SamplingParams(temperature=draw(st.sampled_from(TEMPERATURES)),
+                                            seed=draw(seeds())))
     return _sampling_options(draw, case, top_k, top_p, stops)
 
 
@@ -237,7 +243,8 @@ def trained_cases(draw, drafts=TRAINED_DRAFTS, max_new=(8, 40), k=(2, 8),
     stop_ids = (draw(st.integers(0, target.vocab - 1)),) if stops else ()
     return EngineCase(target=target, draft=DraftSpec(draw(st.sampled_from(drafts))),
                       prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*max_new)),
-                      k=draw(st.integers(*k)), stop_ids=stop_ids, seed=draw(seeds()))
+                      k=draw(st.integers(*k)),
+                      sampling=SamplingParams(stop_ids=stop_ids, seed=draw(seeds())))
 
 
 @st.composite
@@ -248,7 +255,7 @@ def trained_tree_cases(draw, max_new=(8, 32), shapes=DEEP_SHAPES + ((3, 2), (2, 
     return TreeCase(target=TrainedSpec(),
                     draft=DraftSpec(draw(st.sampled_from(("small", "early_exit")))),
                     prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*max_new)),
-                    tree=draw(st.sampled_from(shapes)), seed=draw(seeds()))
+                    tree=draw(st.sampled_from(shapes)), sampling=SamplingParams(seed=draw(seeds())))
 
 
 @st.composite
@@ -258,8 +265,9 @@ def trained_top_k_cases(draw, length=(2, 2)) -> EngineCase:
     top_k = draw(st.sampled_from((2, 3)))
     return EngineCase(target=TrainedSpec(), draft=DraftSpec(draw(st.sampled_from(("small", "early_exit")))),
                       prompt=draw(trained_prompts()), max_new_tokens=draw(st.integers(*length)),
-                      k=draw(st.integers(2, 4)), temperature=draw(st.sampled_from((1.0, 0.7))),
-                      top_k=top_k, seed=draw(seeds()))
+                      k=draw(st.integers(2, 4)),
+                      sampling=SamplingParams(temperature=draw(st.sampled_from((1.0, 0.7))),
+                                              top_k=top_k, seed=draw(seeds())))
 
 
 # --------------------------------------------------------------------------- served engines
@@ -290,11 +298,11 @@ def served_greedy_cases(draw, with_stops: bool = False):
     max_tokens = draw(st.integers(1, 16))
     stops = ()
     if with_stops or draw(st.booleans()):
-        continuation = served_oracle.greedy(prompt, max_tokens)
+        continuation = oracle.served_greedy(prompt, max_tokens)
         if len(continuation) > 1:
             at = draw(st.integers(1, len(continuation) - 1))
             stops = (continuation[at],) + tuple(draw(st.lists(SERVED_TOKENS, max_size=1)))
-    return ServedCase(prompt, max_tokens, stop_ids=stops)
+    return ServedCase(prompt, max_tokens, SamplingParams(stop_ids=stops, seed=0))
 
 
 @st.composite
@@ -302,8 +310,8 @@ def served_sampling_cases(draw, max_len: int = 2, with_stops: bool = False, filt
     """filters=False: no top-k and no top-p (the temperature alone shapes the law)."""
     prompt = draw(served_prompts())
     stops = tuple(draw(st.lists(SERVED_TOKENS, min_size=1 if with_stops else 0, max_size=2)))
-    return ServedCase(prompt, draw(st.integers(1, max_len)),
-                      temperature=draw(st.sampled_from(SERVED_TEMPERATURES)),
-                      top_k=draw(st.sampled_from(SERVED_TOP_KS)) if filters else 0,
-                      top_p=draw(st.sampled_from(SERVED_TOP_PS)) if filters else 1.0,
-                      stop_ids=stops, seed=draw(st.integers(0, 2**20)))
+    return ServedCase(prompt, draw(st.integers(1, max_len)), SamplingParams(
+        temperature=draw(st.sampled_from(SERVED_TEMPERATURES)),
+        top_k=draw(st.sampled_from(SERVED_TOP_KS)) if filters else 0,
+        top_p=draw(st.sampled_from(SERVED_TOP_PS)) if filters else 1.0,
+        stop_ids=stops, seed=draw(st.integers(0, 2**20))))

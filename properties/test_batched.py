@@ -19,6 +19,7 @@ from properties.harness import normalize_tokens
 from properties.models import (DraftSpec, Qwen3KitModel, Qwen3Spec, qwen3_draft_module,
                                qwen3_module)
 from properties.strategies import batch_cases
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("batched")
 
@@ -39,17 +40,16 @@ def test_stop_inside_block_per_row(impl, data):
     case = data.draw(batch_cases(max_new=(4, 12)), label="case")
     case = BatchCase(case.target, DraftSpec(data.draw(st.sampled_from(("perfect", "noisy")),
                                                       label="draft")),
-                     case.prompts, case.max_new_tokens, k=case.k, seed=case.seed)
+                     case.prompts, case.max_new_tokens, k=case.k,
+                     sampling=SamplingParams(seed=case.sampling.seed))
     row_limits = limits(case)
     greedy = [oracle.greedy(case.target, p, n)[0] for p, n in zip(case.prompts, row_limits)]
     stops = tuple(sorted({g[len(g) // 2] for g in greedy if g}))
-    check_batched_greedy(impl, BatchCase(case.target, case.draft, case.prompts,
-                                         case.max_new_tokens, k=case.k, stop_ids=stops,
-                                         seed=case.seed))
+    check_batched_greedy(impl, case.replace(stop_ids=stops))
 
 
 B_SAMPLED = BatchCase(Qwen3Spec(4, seed=3), DraftSpec("noisy", 1), ((1,), (2, 0, 3)), 2, k=2,
-                      temperature=0.8, seed=17, top_k=3, top_p=0.9)
+                      sampling=SamplingParams(temperature=0.8, seed=17, top_k=3, top_p=0.9))
 
 
 @pytest.mark.needs(kind="qwen3")
@@ -61,7 +61,8 @@ B_SAMPLED = BatchCase(Qwen3Spec(4, seed=3), DraftSpec("noisy", 1), ((1,), (2, 0,
                       prompts=st.tuples(st.tuples(st.integers(0, 2)),
                                         st.tuples(st.integers(0, 2), st.integers(0, 2))),
                       max_new_tokens=st.just(2), k=st.integers(1, 3),
-                      temperature=st.sampled_from((0.7, 1.4)), seed=st.integers(0, 2**32 - 1)))
+                      sampling=st.builds(SamplingParams, temperature=st.sampled_from((0.7, 1.4)),
+                                         seed=st.integers(0, 2**32 - 1))))
 @example(case=B_SAMPLED)
 def test_sampled_rows_exact(impl, case):
     check_batched_sampling(impl, case)

@@ -17,6 +17,7 @@ from properties.models import DraftSpec
 from properties.strategies import (draft_specs, greedy_cases, prompts, seeds, target_specs,
                                    trained_cases)
 from properties.checks.bounds import (KINDS, check_bounds)
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("bounds")
 
@@ -41,8 +42,9 @@ def test_stop_inside_accepted_block(impl, kind, data):
     case = EngineCase(target=target, draft=draft,
                       prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(4, 14), label="max_new_tokens"),
-                      k=data.draw(st.integers(2, 5), label="k"), seed=data.draw(seeds(), label="seed"),
-                      temperature=temperatures(impl, (0.0,))[0])
+                      k=data.draw(st.integers(2, 5), label="k"),
+                      sampling=SamplingParams(seed=data.draw(seeds(), label="seed"),
+                                              temperature=temperatures(impl, (0.0,))[0]))
     greedy, _ = oracle.greedy(target, case.prompt, case.max_new_tokens)
     for token in greedy:
         check_bounds(impl, case.replace(stop_ids=(token,)))
@@ -83,8 +85,9 @@ def test_several_stop_ids_every_order(impl, kind, data):
     case = EngineCase(target=target, draft=draft,
                       prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(4, 12), label="max_new_tokens"),
-                      k=data.draw(st.integers(2, 5), label="k"), seed=data.draw(seeds(), label="seed"),
-                      temperature=temperatures(impl, (0.0,))[0])
+                      k=data.draw(st.integers(2, 5), label="k"),
+                      sampling=SamplingParams(seed=data.draw(seeds(), label="seed"),
+                                              temperature=temperatures(impl, (0.0,))[0]))
     greedy, _ = oracle.greedy(target, case.prompt, case.max_new_tokens)
     for stops in stop_sets(greedy, target.vocab):
         check_bounds(impl, case.replace(stop_ids=stops))
@@ -104,8 +107,8 @@ def test_several_stop_ids_sampled(impl, kind, data):
                       prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(6, 12), label="max_new_tokens"),
                       k=data.draw(st.integers(3, 5), label="k"),
-                      temperature=data.draw(st.sampled_from(temperatures(impl, (1.0, 1.5))),
-                                            label="temperature"))
+                      sampling=SamplingParams(temperature=data.draw(
+                          st.sampled_from(temperatures(impl, (1.0, 1.5))), label="temperature")))
     seed = data.draw(seeds(), label="seed")
     for order in itertools.permutations(members):
         for run in range(4):

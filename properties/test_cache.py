@@ -18,6 +18,7 @@ from properties.models import (CacheViolation, DraftSpec, Qwen3Spec, TableSpec, 
                                build_target)
 from properties.strategies import greedy_cases, trained_cases
 from properties.checks.cache import (KINDS, check_cache_invariant)
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("cache")
 
@@ -41,8 +42,9 @@ def test_full_blocks_and_rejections(impl, kind):
     for variant in ("perfect", "noisy", "random", "negated"):
         for k in (1, 3):
             for temperature in temperatures(impl, (0.0, 1.0)):
-                check_cache_invariant(impl, EngineCase(target, DraftSpec(variant, 3), (4, 1, 2), 12,
-                                                       k=k, temperature=temperature, seed=k))
+                sampling = SamplingParams(temperature=temperature, seed=k)
+                check_cache_invariant(impl, EngineCase(target, DraftSpec(variant, 3), (4, 1, 2),
+                                                       12, k=k, sampling=sampling))
 
 
 # --------------------------------------------------------------------------- the kit's caches

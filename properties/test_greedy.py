@@ -16,6 +16,7 @@ from properties.checks.greedy import (KINDS, NEAR_TIE_GAPS, check_equivalence, c
 from properties.models import DraftSpec, Qwen3Spec, TableSpec
 from properties.strategies import (draft_specs, greedy_cases, prompts, seeds, target_specs,
                                    trained_cases)
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("greedy")
 
@@ -36,9 +37,11 @@ def test_stop_injected_at_every_offset(impl, kind, data):
     offset as the stop id: the output must end exactly at its first occurrence."""
     target = data.draw(target_specs(kind, vocab=(4, 24)), label="target")
     draft = data.draw(draft_specs(target, variants=("perfect", "noisy", "early_exit")), label="draft")
-    case = EngineCase(target=target, draft=draft, prompt=data.draw(prompts(target.vocab), label="prompt"),
+    case = EngineCase(target=target, draft=draft,
+                      prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(4, 14), label="max_new_tokens"),
-                      k=data.draw(st.integers(1, 5), label="k"), seed=data.draw(seeds(), label="seed"))
+                      k=data.draw(st.integers(1, 5), label="k"),
+                      sampling=SamplingParams(seed=data.draw(seeds(), label="seed")))
     check_stop_offsets(impl, case)
 
 
@@ -65,7 +68,7 @@ def test_argmax_at_near_ties(impl, data):
                       data.draw(prompts(target.vocab), label="prompt"),
                       data.draw(st.integers(8, 20), label="max_new_tokens"),
                       k=data.draw(st.integers(1, 6), label="k"),
-                      seed=data.draw(seeds(), label="seed"))
+                      sampling=SamplingParams(seed=data.draw(seeds(), label="seed")))
     check_near_ties(impl, case)
 
 

@@ -13,6 +13,7 @@ from properties.harness import temperatures
 from properties.cases import EngineCase
 from properties.models import DraftSpec
 from properties.strategies import prompts, seeds, target_specs, trained_cases
+from reference.sampling import SamplingParams
 from properties.checks.perfect_draft import (KINDS, check_perfect_draft)
 
 pytestmark = pytest.mark.family("perfect_draft")
@@ -27,8 +28,10 @@ def test_perfect_draft(impl, kind, data):
                       prompt=data.draw(prompts(target.vocab), label="prompt"),
                       max_new_tokens=data.draw(st.integers(1, 30), label="max_new_tokens"),
                       k=data.draw(st.integers(1, 8), label="k"),
-                      temperature=data.draw(st.sampled_from(temperatures(impl, (0.0, 0.9, 1.5))), label="temperature"),
-                      seed=data.draw(seeds(), label="seed"))
+                      sampling=SamplingParams(
+                          temperature=data.draw(st.sampled_from(temperatures(impl, (0.0, 0.9, 1.5))),
+                                                label="temperature"),
+                          seed=data.draw(seeds(), label="seed")))
     check_perfect_draft(impl, case)
 
 

@@ -13,6 +13,7 @@ from properties.cases import EngineCase
 from properties.checks.sequence import check_sequence
 from properties.models import DraftSpec, Qwen3Spec, TableSpec
 from properties.strategies import sampling_cases, trained_top_k_cases
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("sequence")
 
@@ -22,17 +23,17 @@ pytestmark = pytest.mark.family("sequence")
 # accepted often, a draft unlike the target, top-k below the vocabulary, a top-p nucleus
 # smaller than the support).
 T_CLOSE = EngineCase(TableSpec(4, seed=3, scale=2.0), DraftSpec("noisy", 1), (1, 2), 2, k=2,
-                     temperature=0.7, seed=5)
+                     sampling=SamplingParams(temperature=0.7, seed=5))
 T_FAR = EngineCase(TableSpec(5, seed=4, scale=1.0), DraftSpec("random", 2), (0,), 2, k=1,
-                   temperature=1.6, seed=6)
+                   sampling=SamplingParams(temperature=1.6, seed=6))
 T_TOP_K = EngineCase(TableSpec(5, seed=8, scale=1.0), DraftSpec("random", 3), (2,), 2, k=2,
-                     temperature=1.3, seed=7, top_k=2)
+                     sampling=SamplingParams(temperature=1.3, seed=7, top_k=2))
 T_TOP_P = EngineCase(TableSpec(5, seed=9, scale=1.0), DraftSpec("noisy", 4), (3, 1), 2, k=2,
-                     temperature=0.8, seed=8, top_p=0.6)
+                     sampling=SamplingParams(temperature=0.8, seed=8, top_p=0.6))
 Q_PLAIN = EngineCase(Qwen3Spec(4, seed=1, layers=1), DraftSpec("random", 1), (2,), 2, k=2,
-                     temperature=0.7, seed=9)
+                     sampling=SamplingParams(temperature=0.7, seed=9))
 Q_FILTERS = EngineCase(Qwen3Spec(5, seed=2, layers=1), DraftSpec("noisy", 2), (1,), 2, k=2,
-                       temperature=1.3, seed=10, top_k=3, top_p=0.8)
+                       sampling=SamplingParams(temperature=1.3, seed=10, top_k=3, top_p=0.8))
 
 
 @pytest.mark.needs(kind="table")

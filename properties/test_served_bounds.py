@@ -13,18 +13,20 @@ import pytest
 from hypothesis import example, given
 
 from properties import profiles
-from properties import served_oracle as oracle
+from properties import oracle
 from properties.checks import served as checks
 from properties.cases import ServedCase
 from properties.strategies import served_greedy_cases as greedy_cases
 from properties.strategies import served_sampling_cases as sampling_cases
 from properties.test_served_perfect_draft import counters_missing
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("served_bounds")
 
 _PROMPT = (3, 9, 27, 3, 9, 27, 3, 9)
 # a stop id at the 6th greedy token of a repeated prompt: inside an accepted lookup block
-STOP_INSIDE = ServedCase(_PROMPT, 16, stop_ids=(oracle.greedy(_PROMPT, 16)[5],))
+STOP_INSIDE = ServedCase(_PROMPT, 16,
+                         sampling=SamplingParams(stop_ids=(oracle.served_greedy(_PROMPT, 16)[5],)))
 
 
 @given(case=greedy_cases(with_stops=True))

@@ -1,7 +1,7 @@
 """Family "served_sequence": a served engine samples exactly as the target.
 
 For one example (prompt, L, temperature, top-k, top-p, stop ids) the kit enumerates the exact
-law of the first L tokens from the float64 target (properties.served_oracle), requests n
+law of the first L tokens from the float64 target (properties.oracle, served_law), requests n
 completions with distinct seeds (the API's `n` where the server honours it, concurrent single
 requests otherwise), and tests them with a chi-square check: level ALPHA, total variation
 DELTA_SERVED = 0.15 detected with power POWER (n from the power calculation). The server's own
@@ -19,13 +19,16 @@ from properties import profiles
 from properties.checks import served as checks
 from properties.cases import ServedCase
 from properties.strategies import served_sampling_cases as sampling_cases
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("served_sequence")
 
 # Canonical examples: a repeated prompt (prompt lookup proposes and is partly rejected) at a
 # temperature below 1, and top-k with top-p below the support.
-REPEATED = ServedCase((0, 1, 2, 0, 1, 2, 0, 1), 2, temperature=0.8, seed=11)
-FILTERED = ServedCase((5, 6, 5, 6, 5), 2, temperature=1.3, top_k=5, top_p=0.9, seed=12)
+REPEATED = ServedCase((0, 1, 2, 0, 1, 2, 0, 1), 2,
+                      sampling=SamplingParams(temperature=0.8, seed=11))
+FILTERED = ServedCase((5, 6, 5, 6, 5), 2,
+                      sampling=SamplingParams(temperature=1.3, top_k=5, top_p=0.9, seed=12))
 
 
 @given(case=sampling_cases())
@@ -46,7 +49,7 @@ def test_joint_law_unfiltered(served, case):
 
 
 @given(case=sampling_cases())
-@example(case=ServedCase((1, 2, 3), 12, temperature=1.0, seed=7))
+@example(case=ServedCase((1, 2, 3), 12, sampling=SamplingParams(temperature=1.0, seed=7)))
 @profiles.deterministic(scale=0.2)
 def test_seed_is_honoured(served, case):
     checks.check_seed(served, case.replace(max_tokens=12, stop_ids=()))

@@ -33,6 +33,7 @@ from properties.checks.tree import (check_tree_bounds, check_tree_cache, check_t
 from properties.models import DraftSpec, Qwen3Spec
 from properties.strategies import (deep_tree_cases, trained_tree_cases, tree_cases,
                                    tree_sampling_cases)
+from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("tree")
 
@@ -40,32 +41,32 @@ pytestmark = pytest.mark.family("tree")
 # Three siblings under the root, the first token only: every sibling bug of the catalogue moves
 # 0.145-0.39 of total variation here (power > 0.9999 at the planned n, by the exact node law).
 S_SIBLINGS = TreeCase(Qwen3Spec(4, seed=7), DraftSpec("random", 0), (2,), 1, tree=(3,),
-                      temperature=1.0, seed=11)
+                      sampling=SamplingParams(temperature=1.0, seed=11))
 # A close draft: the first token is usually an accepted child, so the second is the token after
 # a leaf, drawn from the target at that leaf (a bonus drawn one node too high moves TV 0.97).
 S_PATHS = TreeCase(Qwen3Spec(3, seed=18), DraftSpec("noisy", 0), (1,), 2, tree=(2,),
-                   temperature=0.7, seed=12)
+                   sampling=SamplingParams(temperature=0.7, seed=12))
 # One uniform reused for every sibling's accept test (OneUniformForSiblings): at this root the
 # committed token's law moves by TV 0.054 (exact, by enumerating the children: the largest of
 # 1,440 root nodes searched), caught with power 0.9999998 at the planned n = 5,742 (it was 0.04
 # at the former sizing for TV 0.15). A draft close to the target, so that a first sibling is
 # often rejected with u just above its ratio and the second tested with that same u.
 S_SHARED_U = TreeCase(Qwen3Spec(4, seed=35), DraftSpec("noisy", 0), (2,), 1, tree=(2,),
-                      temperature=1.6, seed=15)
+                      sampling=SamplingParams(temperature=1.6, seed=15))
 # Three siblings under the root, each with its own two children: the depth-1 nodes hold
 # different tokens, so their draft distributions differ, and testing a node's children with
 # the q of the first node of its level (QFromFirstNodeOfLevel) moves the law of the first two
 # tokens by TV 0.235 (exact). Siblings whose residuals interact at both levels.
 S_LEVEL_Q = TreeCase(Qwen3Spec(3, seed=72), DraftSpec("random", 2), (2,), 2, tree=(3, 2),
-                     temperature=1.0, seed=16)
+                     sampling=SamplingParams(temperature=1.0, seed=16))
 # top-k and top-p both cut the support (7 of 16 outputs possible).
 S_FILTERS = TreeCase(Qwen3Spec(4, seed=4), DraftSpec("random", 3), (1,), 2, tree=(3,),
-                     temperature=1.3, seed=13, top_k=3, top_p=0.8)
+                     sampling=SamplingParams(temperature=1.3, seed=13, top_k=3, top_p=0.8))
 # Cache examples: several rounds, rejections and full paths.
 C_GREEDY = TreeCase(Qwen3Spec(16, seed=3, layers=2), DraftSpec("noisy", 1), (3, 1, 4), 14,
                     tree=(2, 2))
 C_SAMPLED = TreeCase(Qwen3Spec(6, seed=4), DraftSpec("random", 2), (1, 2), 10, tree=(2, 2),
-                     temperature=1.0, seed=14)
+                     sampling=SamplingParams(temperature=1.0, seed=14))
 
 
 @pytest.mark.needs(kind="qwen3", greedy=True)

@@ -10,6 +10,7 @@ import fast
 from fast.engine import FastEngine
 from fast.oracle import OracleDrafter
 from reference.model import EarlyExit, preset, random_model
+from reference.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,26 @@ def test_sampling_arguments(target, draft):
         fast.batched_generate(target, draft, [[1]], 4, generator=42)
     with raises("cuda_graphs", "'yes'"):
         fast.batched_generate(target, draft, [[1]], 4, cuda_graphs="yes")
+
+
+def test_sampling_params(target, draft):
+    """sampling=SamplingParams(...) supplies temperature / top_k / top_p / stop_ids: the same
+    output as the keywords; a keyword that disagrees with it is an error naming both."""
+    params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9, stop_ids=(7,))
+    by_keywords, _ = fast.batched_generate(target, draft, [[1, 2], [3]], 6, temperature=0.8,
+                                           top_k=5, top_p=0.9, stop_ids=(7,),
+                                           generator=torch.Generator().manual_seed(3))
+    by_params, _ = fast.batched_generate(target, draft, [[1, 2], [3]], 6, sampling=params,
+                                         generator=torch.Generator().manual_seed(3))
+    assert by_params == by_keywords
+    greedy, _ = fast.tree_generate(target, draft, [1, 2], 6, tree=(2,), sampling=SamplingParams())
+    assert greedy == fast.tree_generate(target, draft, [1, 2], 6, tree=(2,))[0]
+    with raises("temperature=1.0", "sampling.temperature=0.8"):
+        fast.batched_generate(target, draft, [[1]], 4, temperature=1.0, sampling=params)
+    with raises("stop_ids=(3,)", "sampling.stop_ids=(7,)"):
+        fast.tree_generate(target, draft, [1], 4, stop_ids=[3], sampling=params)
+    with raises("sampling", "dict"):
+        fast.batched_generate(target, draft, [[1]], 4, sampling={"temperature": 0.8})
 
 
 def test_models(target):

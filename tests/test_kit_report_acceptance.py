@@ -18,6 +18,7 @@ from properties.impl import load
 from properties.invariants import analyse
 from properties.models import DraftSpec, TableSpec
 from properties.report.acceptance import by_position
+from reference.sampling import SamplingParams
 
 
 def _record(case):
@@ -44,7 +45,7 @@ def test_greedy_acceptance_equals_the_exact_sums(variant, stop):
     stop_ids = _stop_in_the_middle(target, prompt, 17) if stop else ()
     assert stop_ids or not stop
     case = EngineCase(target, DraftSpec(variant, seed=1), prompt=prompt, max_new_tokens=17, k=3,
-                      stop_ids=stop_ids, seed=5)
+                      sampling=SamplingParams(stop_ids=stop_ids, seed=5))
     run, record = _record(case)
     assert len(run.tokens) > 17 // 3
     assert record["tokens"] == len(run.tokens)
@@ -58,7 +59,7 @@ def test_greedy_acceptance_equals_the_exact_sums(variant, stop):
 
 def test_perfect_draft_is_accepted_everywhere_under_sampling():
     case = EngineCase(TableSpec(12, seed=4), DraftSpec("perfect"), prompt=(1, 2, 3),
-                      max_new_tokens=17, k=4, temperature=1.0, seed=5)
+                      max_new_tokens=17, k=4, sampling=SamplingParams(temperature=1.0, seed=5))
     _, record = _record(case)
     assert record["positions"][0]["reached"] > 0
     for slot in record["positions"]:
@@ -68,7 +69,7 @@ def test_perfect_draft_is_accepted_everywhere_under_sampling():
 
 def test_sampled_acceptance_lies_between_zero_and_one():
     case = EngineCase(TableSpec(12, seed=4), DraftSpec("random", seed=2), prompt=(1, 2, 3),
-                      max_new_tokens=24, k=4, temperature=1.0, seed=6)
+                      max_new_tokens=24, k=4, sampling=SamplingParams(temperature=1.0, seed=6))
     _, record = _record(case)
     for slot in record["positions"]:
         assert 0 <= slot["exact"] <= slot["reached"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from properties import acceptance, engines
-from properties import served_oracle as oracle
+from properties import oracle
 from properties.checks import served as checks
 from properties.engines import metrics
 from properties.cases import ServedCase
@@ -58,7 +58,7 @@ def test_greedy_answers_read_as_the_targets_greedy_tokens(name):
     _, _, read = load(name)
     for key in ("greedy", "greedy_random_prompt"):
         req, (completion,) = read[key]
-        assert list(completion.tokens) == oracle.greedy(req.prompt, req.max_tokens)
+        assert list(completion.tokens) == oracle.served_greedy(req.prompt, req.max_tokens)
         assert completion.finish_reason == "length"
 
 
@@ -67,9 +67,10 @@ def test_a_matched_stop_ends_the_tokens_whatever_the_text_says(name):
     record, engine, read = load(name)
     for key in ("greedy_stop", "greedy_two_stops", "greedy_stop_never_met"):
         req, (completion,) = read[key]
-        expected = oracle.greedy(req.prompt, req.max_tokens, req.sampling.stop_ids)
+        expected = oracle.served_greedy(req.prompt, req.max_tokens, req.sampling.stop_ids)
         assert list(completion.tokens) == expected, key
-        case = ServedCase(req.prompt, req.max_tokens, stop_ids=req.sampling.stop_ids)
+        case = ServedCase(req.prompt, req.max_tokens,
+                          sampling=SamplingParams(stop_ids=req.sampling.stop_ids))
         assert checks.bounds_violation(case, completion) is None, key
     # the recorded habit is the declared one: the text leaves the stop token out
     answer = record["exchanges"]["greedy_stop"]["answer"]

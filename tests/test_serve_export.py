@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from properties.serve import __main__ as cli
-from properties import served_oracle as oracle
+from properties import oracle
 from properties.export import kit as export
 from properties.models import tokenizer
 from properties.adapters.served import LOGIT_TOLERANCE
@@ -56,7 +56,7 @@ def test_transformers_loads_the_export_in_float32_within_the_tolerance(exported)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     with torch.inference_mode():
         got = model(torch.tensor([ids])).logits[0, :-1].double()
-    exact = oracle.logits(ids[:1], ids[1:])
+    exact = oracle.served_logits(ids[:1], ids[1:])
     # the measured float32 deviation is what LOGIT_TOLERANCE (greedy ties) must exceed widely
     assert (got - exact).abs().max() < LOGIT_TOLERANCE / 10
 

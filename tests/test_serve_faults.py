@@ -17,7 +17,7 @@ from properties.impl import ImplError, load
 from reference.sampling import SamplingParams
 
 GREEDY = ServedCase((3, 9, 27, 3, 9, 27), 8)
-SAMPLED = ServedCase((1, 2), 2, temperature=0.8, seed=1)
+SAMPLED = ServedCase((1, 2), 2, sampling=SamplingParams(temperature=0.8, seed=1))
 
 
 def served(fake, **client):
@@ -41,9 +41,9 @@ def test_correct_server_passes_every_check():
         checks.check_identity(impl.client, impl.logit_tolerance)
         assert impl.client.api == "openai"
         checks.check_greedy(impl, GREEDY)
-        stop = checks.oracle.greedy(GREEDY.prompt, 8)[4]
+        stop = checks.oracle.served_greedy(GREEDY.prompt, 8)[4]
         checks.check_bounds(impl, GREEDY.replace(stop_ids=(stop,)))
-        checks.check_seed(impl, ServedCase((1, 2, 3), 12, temperature=1.0, seed=3))
+        checks.check_seed(impl, ServedCase((1, 2, 3), 12, SamplingParams(temperature=1.0, seed=3)))
         assert checks.check_sequence(impl, SAMPLED).passed
         assert impl.client.supports_n is True
 
@@ -97,7 +97,7 @@ def test_baseline_disagreement_fails():
 
 
 def test_output_past_a_stop_id_fails():
-    stop = checks.oracle.greedy(GREEDY.prompt, 8)[2]
+    stop = checks.oracle.served_greedy(GREEDY.prompt, 8)[2]
     with FakeServer("ignore_stop") as fake:
         with pytest.raises(PropertyFailure, match="goes on after stop id"):
             checks.check_bounds(served(fake), GREEDY.replace(stop_ids=(stop,)))
@@ -106,20 +106,23 @@ def test_output_past_a_stop_id_fails():
 def test_ignored_seed_is_reported_as_such():
     with FakeServer("ignore_seed") as fake:
         with pytest.raises(PropertyFailure, match="ignores `seed`: two requests with seed=3"):
-            checks.check_seed(served(fake), ServedCase((1, 2, 3), 12, temperature=1.0, seed=3))
+            case = ServedCase((1, 2, 3), 12, SamplingParams(temperature=1.0, seed=3))
+            checks.check_seed(served(fake), case)
 
 
 def test_fixed_seed_is_reported_as_such_not_as_a_distribution_failure():
     with FakeServer("fixed_seed") as fake:
         with pytest.raises(PropertyFailure, match="ignores `seed` or the sampling settings") as info:
-            checks.check_sequence(served(fake), ServedCase((1, 2), 2, temperature=1.0, seed=4))
+            case = ServedCase((1, 2), 2, SamplingParams(temperature=1.0, seed=4))
+            checks.check_sequence(served(fake), case)
         assert "chi-square" not in str(info.value)
 
 
 def test_wrong_sampling_law_fails_the_chi_square():
     with FakeServer("hot") as fake:
         with pytest.raises(PropertyFailure, match="not distributed as the target's sampling"):
-            checks.check_sequence(served(fake), ServedCase((0, 1, 2), 1, temperature=0.5, seed=5))
+            case = ServedCase((0, 1, 2), 1, SamplingParams(temperature=0.5, seed=5))
+            checks.check_sequence(served(fake), case)
 
 
 def test_text_only_server_is_spoken_to_in_the_transformers_dialect():

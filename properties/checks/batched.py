@@ -69,12 +69,13 @@ def check_batched_greedy(impl, case: BatchCase):
     prop = "batched: ragged greedy rows == solo greedy"
     target, draft = build_pair(case.target, case.draft)
     row_limits = limits(case)
-    generator = seed_everything(case.seed)
+    generator = seed_everything(case.sampling.seed)
     prompts = [list(p) for p in case.prompts]
     outs = _batched(impl, prop, CHECK_GREEDY, case, target, draft, prompts,
                     list(case.max_new_tokens) if isinstance(case.max_new_tokens, tuple)
                     else case.max_new_tokens,
-                    k=case.k, temperature=0.0, stop_ids=tuple(case.stop_ids), generator=generator)
+                    k=case.k, temperature=0.0, stop_ids=tuple(case.sampling.stop_ids),
+                    generator=generator)
     if len(outs) != len(case.prompts):
         fail(impl, prop, CHECK_GREEDY, case, f"{len(outs)} outputs for {len(case.prompts)} prompts")
     for row, (got, limit) in enumerate(zip(outs, row_limits)):
@@ -82,7 +83,8 @@ def check_batched_greedy(impl, case: BatchCase):
             fail(impl, prop, CHECK_GREEDY, case, f"row {row}: {len(got)} tokens for "
                  f"max_new_tokens={limit}: {got}", cause=TOO_LONG)
     for row, (prompt, got, limit) in enumerate(zip(case.prompts, outs, row_limits)):
-        _compare(impl, prop, CHECK_GREEDY, case, got, prompt, limit, case.stop_ids, f"row {row}")
+        _compare(impl, prop, CHECK_GREEDY, case, got, prompt, limit, case.sampling.stop_ids,
+                 f"row {row}")
 
 
 COPIES = 32   # rows per distinct prompt in every sampled batch: rows cost little in a batch
@@ -107,13 +109,14 @@ def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED,
     """
     prop = "batched: sampled rows distributed as the target's sampling, and independent"
     L = case.max_new_tokens
+    s = case.sampling
     kw = {}
-    if case.top_k and impl.accepts("batched_generate", "top_k"):
-        kw["top_k"] = case.top_k
-    if case.top_p < 1 and impl.accepts("batched_generate", "top_p"):
-        kw["top_p"] = case.top_p
-    laws = [oracle.sequence_law(case.target, p, L, case.temperature, kw.get("top_k", 0),
-                                kw.get("top_p", 1.0), case.stop_ids) for p in case.prompts]
+    if s.top_k and impl.accepts("batched_generate", "top_k"):
+        kw["top_k"] = s.top_k
+    if s.top_p < 1 and impl.accepts("batched_generate", "top_p"):
+        kw["top_p"] = s.top_p
+    laws = [oracle.sequence_law(case.target, p, L, s.temperature, kw.get("top_k", 0),
+                                kw.get("top_p", 1.0), s.stop_ids) for p in case.prompts]
     checks = [(f"rows for prompt {list(p)}", law, plan(list(law.values()), delta), COPIES)
               for p, law in zip(case.prompts, laws)]
     for p, law in zip(case.prompts, laws):
@@ -127,13 +130,13 @@ def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED,
                        plan(list(cross.values()), joint_delta), COPIES))
     batch = [list(p) for p in case.prompts for _ in range(COPIES)]
     calls = max(-(-the_plan.n // per_call) for _, _, the_plan, per_call in checks)
-    generator = seed_everything(case.seed)
+    generator = seed_everything(case.sampling.seed)
     observed = [Counter() for _ in checks]
     target, draft = build_pair(case.target, case.draft)
     m = len(case.prompts)
     for _ in range(calls):
         outs = _batched(impl, prop, CHECK_SAMPLED, case, target, draft, batch, L, k=case.k,
-                        temperature=case.temperature, stop_ids=tuple(case.stop_ids),
+                        temperature=s.temperature, stop_ids=tuple(s.stop_ids),
                         generator=generator, **kw)
         if len(outs) != len(batch):
             fail(impl, prop, CHECK_SAMPLED, case, f"{len(outs)} outputs for {len(batch)} prompts")
@@ -153,7 +156,7 @@ def check_batched_sampling(impl, case: BatchCase, delta: float = DELTA_BATCHED,
                              (pair if pair and isinstance(pair[0], tuple) else (pair,))], L)
             fail(impl, prop, CHECK_SAMPLED, case,
                  f"{what} are not distributed as {_expected(what)} (temperature="
-                 f"{case.temperature}, {kw or 'no top-k/top-p'}, L={L}):\n"
+                 f"{case.sampling.temperature}, {kw or 'no top-k/top-p'}, L={L}):\n"
                  f"{_agreement(counts, law)}{result.summary()}\n(sample plan: "
                  f"{the_plan.describe()})", cause=TOO_LONG if long else None)
 

@@ -29,7 +29,7 @@ def check_bounds(impl, case: EngineCase):
     prop = "bounds: length, stops and stats"
     if run.error is not None:
         fail(impl, prop, CHECK, case, run.describe_error())
-    tokens, n, stops = run.tokens, case.max_new_tokens, set(case.stop_ids)
+    tokens, n, stops = run.tokens, case.max_new_tokens, set(case.sampling.stop_ids)
     vocab = case.target.vocab
     if len(tokens) > n:
         fail(impl, prop, CHECK, case, f"{len(tokens)} tokens returned, more than "

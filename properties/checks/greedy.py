@@ -71,7 +71,8 @@ def check_equivalence(impl, case: EngineCase):
     run = run_engine(impl, case)
     if run.error is not None:
         fail(impl, "greedy: equivalence", CHECK, case, run.describe_error())
-    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens, case.stop_ids)
+    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens,
+                                   case.sampling.stop_ids)
     got = run.tokens
     if got != expected:
         i = first_difference(got, expected)
@@ -85,7 +86,8 @@ def check_equivalence(impl, case: EngineCase):
         try:
             own = normalize_tokens(invoke(impl, "target_greedy_generate", target,
                                           list(case.prompt), case.max_new_tokens,
-                                          tuple(case.stop_ids), models=(("target", target),)))
+                                          tuple(case.sampling.stop_ids),
+                                          models=(("target", target),)))
         except (EngineFault, ValueError, TypeError) as exc:
             fail(impl, "greedy: equivalence", CHECK, case,
                  f"its own greedy decoding (target_greedy_generate) failed: {exc}")
@@ -101,7 +103,8 @@ def check_equivalence(impl, case: EngineCase):
 def _fail_against_target(impl, case, run, got, expected, gaps, i):
     if i >= len(expected):
         detail = (f"the output goes on after the target's greedy output ends at {len(expected)} "
-                  f"tokens (max_new_tokens={case.max_new_tokens}, stop_ids={list(case.stop_ids)})")
+                  f"tokens (max_new_tokens={case.max_new_tokens}, "
+                  f"stop_ids={list(case.sampling.stop_ids)})")
     elif i >= len(got):
         detail = f"the output stops after {len(got)} tokens; the target's greedy output has {len(expected)}"
     else:
@@ -114,7 +117,8 @@ def _fail_against_target(impl, case, run, got, expected, gaps, i):
 
 
 def check_stop_offsets(impl, case: EngineCase):
-    """case.stop_ids is ignored: each of the target's greedy tokens becomes the stop id in turn."""
+    """The case's stop ids are ignored: each of the target's greedy tokens becomes the stop id
+    in turn."""
     greedy, _ = oracle.greedy(case.target, case.prompt, case.max_new_tokens)
     for j, token in enumerate(greedy):
         check_equivalence(impl, case.replace(stop_ids=(token,)))
@@ -129,7 +133,8 @@ def check_near_ties(impl, case: EngineCase):
     run = run_engine(impl, case)
     if run.error is not None:
         fail(impl, "greedy: argmax at near ties", NEAR_TIE, case, run.describe_error())
-    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens, case.stop_ids)
+    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens,
+                                   case.sampling.stop_ids)
     if run.tokens != expected:
         i = first_difference(run.tokens, expected)
         # The tiny-temperature guess only when the evidence singles it out: the same length,

@@ -34,8 +34,9 @@ def check_own_sampler(impl, case: EngineCase, delta: float | None = None):
                     f"sampler); its speculation is judged against the convention's law directly")
     delta = delta or (DELTA_SEQUENCE_QWEN3 if case.target.kind == "qwen3" else DELTA_SEQUENCE)
     kw = engine_kwargs(impl, case)
-    law = oracle.sequence_law(case.target, case.prompt, case.max_new_tokens, case.temperature,
-                              kw.get("top_k", 0), kw.get("top_p", 1.0), case.stop_ids)
+    law = oracle.sequence_law(case.target, case.prompt, case.max_new_tokens,
+                              case.sampling.temperature, kw.get("top_k", 0), kw.get("top_p", 1.0),
+                              case.sampling.stop_ids)
     the_plan = plan(list(law.values()), delta)
     observed = own_sampler_outputs(impl, prop, CHECK, case, kw, the_plan.n, seed_offset=2)
     result = chi_square_gof(observed, law)
@@ -43,7 +44,7 @@ def check_own_sampler(impl, case: EngineCase, delta: float | None = None):
         fail(impl, prop, CHECK, case,
              f"{CAUSE}: {CONVENTION}\n" + law_mismatch(
                  "the outputs of target_generate", result, the_plan, len(law),
-                 temperature=case.temperature, top_k=kw.get("top_k", 0),
+                 temperature=case.sampling.temperature, top_k=kw.get("top_k", 0),
                  top_p=kw.get("top_p", 1.0), L=case.max_new_tokens)
              + "\n(the engine's speculation is judged against this sampler by the sequence "
                "family; a bug shared by both samplers shows here, as the difference it is)",

@@ -41,8 +41,8 @@ def check_sequence(impl, case: EngineCase, delta: float | None = None):
     delta = delta or (DELTA_SEQUENCE_QWEN3 if case.target.kind == "qwen3" else DELTA_SEQUENCE)
     kw = engine_kwargs(impl, case)
     L = case.max_new_tokens
-    law = oracle.sequence_law(case.target, case.prompt, L, case.temperature,
-                              kw.get("top_k", 0), kw.get("top_p", 1.0), case.stop_ids)
+    law = oracle.sequence_law(case.target, case.prompt, L, case.sampling.temperature,
+                              kw.get("top_k", 0), kw.get("top_p", 1.0), case.sampling.stop_ids)
     outcomes = list(law)
     own = impl.has_function("target_generate")
     the_plan = (two_sample_plan if own else plan)([law[o] for o in outcomes], delta)
@@ -57,13 +57,14 @@ def check_sequence(impl, case: EngineCase, delta: float | None = None):
         again = run_engine(impl, runs)
         if again.error is not None:
             fail(impl, prop, CHECK, case, crash)
-    generator = seed_everything(case.seed)
+    generator = seed_everything(case.sampling.seed)
     observed = Counter()
     for i in range(the_plan.n):
         run = run_engine(impl, runs, generator=generator)
         if run.error is not None:
             fail(impl, prop, CHECK, case, f"run {i + 1} of {the_plan.n}: {run.describe_error()}")
-        observed[first_tokens(run.tokens, L, case.stop_ids) if crash else tuple(run.tokens)] += 1
+        stops = case.sampling.stop_ids
+        observed[first_tokens(run.tokens, L, stops) if crash else tuple(run.tokens)] += 1
     if own:
         return _against_own_sampler(impl, prop, case, kw, observed, the_plan, crash)
     result = chi_square_gof(observed, law)
@@ -72,7 +73,7 @@ def check_sequence(impl, case: EngineCase, delta: float | None = None):
     if not result.passed:
         long = too_long(result.impossible, L)
         fail(impl, prop, CHECK, case, law_mismatch(
-            "the outputs", result, the_plan, len(outcomes), temperature=case.temperature,
+            "the outputs", result, the_plan, len(outcomes), temperature=case.sampling.temperature,
             top_k=kw.get("top_k", 0), top_p=kw.get("top_p", 1.0), L=L) + where
             + (f"\nand at max_new_tokens={L} itself: {crash}" if crash else "")
             + _sampler_hint(impl, long),
@@ -110,7 +111,7 @@ def own_sampler_outputs(impl, prop, check, case, kw, n: int, seed_offset: int = 
     """n outputs of the engine's own non-speculative sampler (target_generate), under the
     kit's guards, from one generator seeded from the case (offset: not the speculative runs'
     stream)."""
-    generator = seed_everything((case.seed + seed_offset) % 2**32)
+    generator = seed_everything((case.sampling.seed + seed_offset) % 2**32)
     observed = Counter()
     extra = {name: kw[name] for name in ("top_k", "top_p") if name in kw
              and impl.accepts("target_generate", name)}
@@ -120,7 +121,8 @@ def own_sampler_outputs(impl, prop, check, case, kw, n: int, seed_offset: int = 
         try:
             tokens = normalize_tokens(invoke(
                 impl, "target_generate", target, prompt, case.max_new_tokens,
-                temperature=case.temperature, stop_ids=tuple(case.stop_ids),
+                temperature=case.sampling.temperature,
+                stop_ids=tuple(case.sampling.stop_ids),
                 generator=generator, models=(("target", target),),
                 inputs=(("prompt_ids", prompt),), **extra))
         except (EngineFault, TypeError, ValueError) as exc:
@@ -142,7 +144,7 @@ def _against_own_sampler(impl, prop, case, kw, observed, the_plan, crash):
     if not result.passed:
         fail(impl, prop, CHECK, case,
              f"the speculative outputs are not distributed as the engine's own sampler's "
-             f"(target_generate, the same temperature={case.temperature}, top_k="
+             f"(target_generate, the same temperature={case.sampling.temperature}, top_k="
              f"{kw.get('top_k', 0)}, top_p={kw.get('top_p', 1.0)}, L={L}): a speculation bug, "
              f"whatever the sampler's definition\n{result.summary()}\n(two-sample plan: "
              f"{the_plan.describe()} per sample)"

@@ -23,11 +23,10 @@ from properties import statistics
 from properties.harness import fail, law_mismatch
 from properties import evidence
 from properties import acceptance
-from properties import served_oracle as oracle
+from properties import oracle
 from properties.cases import ServedCase
 from properties.adapters.client import BadResponse, Completion, Request, ServedError
 from properties.engines.metrics import acceptance_counters
-from reference.sampling import SamplingParams
 
 # The design deviation of the served sampling check: total variation >= DELTA_SERVED in the
 # joint law of the first L tokens is detected with power POWER at level ALPHA.
@@ -50,12 +49,8 @@ def _seed(case_seed: int, i: int) -> int:
 
 
 def _request(case: ServedCase, **changes) -> Request:
-    sampling = SamplingParams(temperature=case.temperature, top_k=case.top_k, top_p=case.top_p,
-                              stop_ids=tuple(case.stop_ids), seed=case.seed)
-    sampling = replace(sampling, **{k: changes.pop(k) for k in list(changes)
-                                    if k not in ("prompt", "max_tokens")})
-    return Request(changes.get("prompt", tuple(case.prompt)),
-                   changes.get("max_tokens", case.max_tokens), sampling)
+    """The case's request; `changes`: to its sampling (seed, n)."""
+    return Request(tuple(case.prompt), case.max_tokens, replace(case.sampling, **changes))
 
 
 def _send(impl, prop, check, case, client, requests):
@@ -70,7 +65,7 @@ def _send(impl, prop, check, case, client, requests):
 def greedy_divergence(prompt, tokens, tolerance: float):
     """None if every token is a float64 argmax within `tolerance` of the largest logit, else
     (position, served token, argmax token, gap between them)."""
-    rows = oracle.logits(prompt, tokens)
+    rows = oracle.served_logits(prompt, tokens)
     for i, token in enumerate(tokens):
         if not 0 <= token < rows.shape[1]:
             return i, token, int(rows[i].argmax()), math.inf
@@ -83,14 +78,14 @@ def greedy_divergence(prompt, tokens, tolerance: float):
 
 def ties(prompt, tokens) -> list[int]:
     """Positions where the served token is not the exact float64 argmax (within tolerance)."""
-    rows = oracle.logits(prompt, tokens)
+    rows = oracle.served_logits(prompt, tokens)
     return [i for i, t in enumerate(tokens) if int(rows[i].argmax()) != t]
 
 
 def bounds_violation(case: ServedCase, completion: Completion) -> str | None:
     """What is wrong with the output's length or stops, if anything."""
     tokens = list(completion.tokens)
-    stops = set(case.stop_ids)
+    stops = set(case.sampling.stop_ids)
     if len(tokens) > case.max_tokens:
         return f"{len(tokens)} tokens returned for max_tokens={case.max_tokens}"
     for i, t in enumerate(tokens):
@@ -120,7 +115,7 @@ def check_identity(client, tolerance: float, role: str = "--impl") -> None:
     except ServedError as exc:
         raise Refusal(f"{role} server {client.url}: {exc}") from None
     for prompt, (completion,) in zip(PROBES, answers):
-        expected = oracle.greedy(prompt, PROBE_TOKENS)
+        expected = oracle.served_greedy(prompt, PROBE_TOKENS)
         got = list(completion.tokens)
         bad = greedy_divergence(prompt, got, tolerance) if len(got) == PROBE_TOKENS else (
             len(got), None, None, None)
@@ -149,7 +144,7 @@ def check_greedy(impl, case: ServedCase):
     bad = greedy_divergence(case.prompt, served.tokens, tol)
     if bad is not None:
         i, token, best, gap = bad
-        expected = oracle.greedy(case.prompt, case.max_tokens, case.stop_ids)
+        expected = oracle.served_greedy(case.prompt, case.max_tokens, case.sampling.stop_ids)
         fail(impl, prop, CHECK_GREEDY, case,
              f"position {i}: served token {token}, but the target's argmax there is {best}, "
              f"{gap:.4g} logits higher (ties are gaps <= {tol:g})\nserved:          "
@@ -162,7 +157,7 @@ def check_greedy(impl, case: ServedCase):
     i = next((j for j, (a, b) in enumerate(zip(served.tokens, base.tokens)) if a != b),
              min(len(served.tokens), len(base.tokens)))
     prefix = list(served.tokens[:i])
-    row = oracle.logits(case.prompt, prefix + [0])[-1]
+    row = oracle.served_logits(case.prompt, prefix + [0])[-1]
     a = served.tokens[i] if i < len(served.tokens) else None
     b = base.tokens[i] if i < len(base.tokens) else None
     if a is not None and b is not None and abs(float(row[a] - row[b])) <= tol:
@@ -183,15 +178,16 @@ def sampling_requests(client, case: ServedCase, n: int) -> list[Request]:
     out, i = [], 0
     while i < n:
         take = min(per, n - i)
-        out.append(_request(case, seed=_seed(case.seed, i), n=take))
+        out.append(_request(case, seed=_seed(case.sampling.seed, i), n=take))
         i += take
     return out
 
 
 def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
     prop = "served_sequence: joint law of the first L tokens"
-    law = oracle.law(case.prompt, case.max_tokens, case.temperature, case.top_k, case.top_p,
-                     case.stop_ids)
+    s = case.sampling
+    law = oracle.served_law(case.prompt, case.max_tokens, s.temperature, s.top_k, s.top_p,
+                            s.stop_ids)
     the_plan = statistics.plan(list(law.values()), delta)
     answers = _send(impl, prop, CHECK_SEQUENCE, case, impl.client,
                     sampling_requests(impl.client, case, the_plan.n))
@@ -217,8 +213,8 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
     result = statistics.chi_square_gof(observed, law)
     if not result.passed:
         mismatch = law_mismatch("the outputs", result, the_plan, len(law),
-                                temperature=case.temperature, top_k=case.top_k,
-                                top_p=case.top_p, L=case.max_tokens)
+                                temperature=case.sampling.temperature, top_k=case.sampling.top_k,
+                                top_p=case.sampling.top_p, L=case.max_tokens)
         if impl.baseline is not None:
             fail(impl, prop, CHECK_SEQUENCE, case,
                  _against_baseline(impl, case, law, observed, the_plan.n, mismatch))
@@ -272,9 +268,7 @@ CHECK_SEED = f"{_MODULE}:check_seed"
 
 
 def _probability(prompt, tokens, case: ServedCase) -> float:
-    from reference.sampling import probs_from_logits
-    rows = oracle.logits(prompt, tokens)
-    probs = probs_from_logits(rows, case.temperature, case.top_k, case.top_p)
+    probs = case.sampling.probs(oracle.served_logits(prompt, tokens))
     return float(math.prod(float(probs[i, t]) for i, t in enumerate(tokens)))
 
 
@@ -285,17 +279,18 @@ def check_seed(impl, case: ServedCase):
     prop = "served_sequence: seed is honoured"
     first, = _complete(impl, prop, case, _request(case))
     again, = _complete(impl, prop, case, _request(case))
-    other, = _complete(impl, prop, case, _request(case, seed=case.seed + 1))
+    seed = case.sampling.seed
+    other, = _complete(impl, prop, case, _request(case, seed=seed + 1))
     if first.tokens != again.tokens:
         fail(impl, prop, CHECK_SEED, case,
-             f"the server ignores `seed`: two requests with seed={case.seed}, one after the other, "
+             f"the server ignores `seed`: two requests with seed={seed}, one after the other, "
              f"returned {list(first.tokens)} and {list(again.tokens)}. Sampling checks stay "
              f"valid (they need independent samples only), but a failing example will not "
              f"replay exactly.")
     chance = _probability(case.prompt, list(first.tokens), case)
     if other.tokens == first.tokens and chance < 1e-6:
         fail(impl, prop, CHECK_SEED, case,
-             f"the server ignores `seed`: seeds {case.seed} and {case.seed + 1} both returned "
+             f"the server ignores `seed`: seeds {seed} and {seed + 1} both returned "
              f"{list(first.tokens)}, an output of exact probability {chance:.3g}")
 
 
@@ -315,39 +310,37 @@ SAMPLED_BOUNDS_REQUESTS = 24
 def check_bounds(impl, case: ServedCase):
     """Greedy: the output is the target's greedy output cut after its first stop id (which the
     strategy places inside the continuation, so inside blocks a speculator accepts). Sampled
-    (case.temperature > 0): every output obeys max_tokens and the stops, and every token lies in
-    the sampler's support (top-k / top-p included)."""
+    (temperature > 0): every output obeys max_tokens and the stops, and every token lies in the
+    sampler's support (top-k / top-p included)."""
     prop = "served_bounds: max_tokens and stop ids"
-    if case.temperature == 0:
+    s = case.sampling
+    if s.greedy:
         (served,), = _send(impl, prop, CHECK_BOUNDS, case, impl.client, [_request(case)])
         outputs = [served]
     else:
         answers = _send(impl, prop, CHECK_BOUNDS, case, impl.client,
                         sampling_requests(impl.client, case, SAMPLED_BOUNDS_REQUESTS))
         outputs = [c for a in answers for c in a]
-    from reference.sampling import probs_from_logits
     for c in outputs:
         problem = bounds_violation(case, c)
         if problem:
-            expected = oracle.greedy(case.prompt, case.max_tokens, case.stop_ids)
+            expected = oracle.served_greedy(case.prompt, case.max_tokens, s.stop_ids)
             fail(impl, prop, CHECK_BOUNDS, case,
                  f"{problem}\nserved: {list(c.tokens)}\n" +
-                 (f"target's greedy (cut at the first stop): {expected}" if case.temperature == 0
-                  else ""))
-        if case.temperature == 0:
+                 (f"target's greedy (cut at the first stop): {expected}" if s.greedy else ""))
+        if s.greedy:
             bad = greedy_divergence(case.prompt, c.tokens, impl.logit_tolerance)
             if bad is not None:
                 fail(impl, prop, CHECK_BOUNDS, case,
                      f"position {bad[0]}: served token {bad[1]}, the target's argmax is {bad[2]}"
                      f"\nserved: {list(c.tokens)}")
         else:
-            rows = probs_from_logits(oracle.logits(case.prompt, c.tokens), case.temperature,
-                                     case.top_k, case.top_p)
+            rows = s.probs(oracle.served_logits(case.prompt, c.tokens))
             for i, t in enumerate(c.tokens):
                 if rows[i, t] == 0:
                     fail(impl, prop, CHECK_BOUNDS, case,
                          f"position {i}: token {t} has probability 0 under the sampler "
-                         f"(top_k={case.top_k}, top_p={case.top_p})\nserved: {list(c.tokens)}")
+                         f"(top_k={s.top_k}, top_p={s.top_p})\nserved: {list(c.tokens)}")
 
 
 # --------------------------------------------------------------------------- counters

@@ -50,13 +50,14 @@ KV_TOLERANCE = 1e-7
 
 
 def tree_kwargs(impl, case: TreeCase, generator=None) -> dict:
-    kw = {"tree": tuple(case.tree), "stop_ids": tuple(case.stop_ids)}
-    if case.temperature > 0:
-        kw["temperature"] = case.temperature
-        if case.top_k:
-            kw["top_k"] = case.top_k
-        if case.top_p < 1:
-            kw["top_p"] = case.top_p
+    s = case.sampling
+    kw = {"tree": tuple(case.tree), "stop_ids": tuple(s.stop_ids)}
+    if s.temperature > 0:
+        kw["temperature"] = s.temperature
+        if s.top_k:
+            kw["top_k"] = s.top_k
+        if s.top_p < 1:
+            kw["top_p"] = s.top_p
     if generator is not None and impl.accepts("tree_generate", "generator"):
         kw["generator"] = generator
     return kw
@@ -88,12 +89,13 @@ def check_tree_greedy(impl, case: TreeCase):
     case = case.replace(temperature=0.0)
     target, draft = build_pair(case.target, case.draft)
     tokens, _ = run_tree(impl, prop, CHECK_GREEDY, case, target, draft)
-    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens, case.stop_ids)
+    expected, gaps = oracle.greedy(case.target, case.prompt, case.max_new_tokens,
+                                   case.sampling.stop_ids)
     if tokens != expected and not _tie(case, tokens, expected, gaps):
         fail(impl, prop, CHECK_GREEDY, case,
              f"tree_generate(tree={case.tree}) != the target's greedy continuation of "
              f"{list(case.prompt)} (max_new_tokens={case.max_new_tokens}, stop_ids="
-             f"{list(case.stop_ids)})\n  got:      {tokens}\n  expected: {expected}\n"
+             f"{list(case.sampling.stop_ids)})\n  got:      {tokens}\n  expected: {expected}\n"
              f"first difference at output position {first_difference(tokens, expected)}",
              cause=TOO_LONG if len(tokens) > case.max_new_tokens else None)
     if not impl.has("engine"):
@@ -103,7 +105,7 @@ def check_tree_greedy(impl, case: TreeCase):
     try:
         chain, _ = tokens_and_stats(impl, "speculative_generate", invoke(
             impl, "speculative_generate", target, draft, prompt, case.max_new_tokens,
-            k=len(case.tree), temperature=0.0, stop_ids=tuple(case.stop_ids),
+            k=len(case.tree), temperature=0.0, stop_ids=tuple(case.sampling.stop_ids),
             models=(("target", target), ("draft", draft)), inputs=(("prompt_ids", prompt),)))
     except EngineFault:
         return  # the chain's own faults are the engine families' to report
@@ -134,7 +136,7 @@ def greedy_depths(case: TreeCase) -> list[int]:
         context.append(int(target.next_logits(context).argmax()))
         out.append(context[-1])
         depths.append(depth)
-        if set(out) & set(case.stop_ids):
+        if set(out) & set(case.sampling.stop_ids):
             break
     return depths
 
@@ -150,13 +152,14 @@ def check_tree_sampling(impl, case: TreeCase, delta: float | None = None):
     """The first L = max_new_tokens sampled tokens are distributed as the target's sampling."""
     prop = "tree: sampled law of the first L tokens"
     delta = delta or tree_delta()
-    if case.temperature <= 0:
+    if case.sampling.temperature <= 0:
         raise ValueError(f"check_tree_sampling needs a temperature > 0, got {case!r}")
     L = case.max_new_tokens
-    law = oracle.sequence_law(case.target, case.prompt, L, case.temperature, case.top_k,
-                              case.top_p, case.stop_ids)
+    s = case.sampling
+    law = oracle.sequence_law(case.target, case.prompt, L, s.temperature, s.top_k, s.top_p,
+                              s.stop_ids)
     the_plan = plan(list(law.values()), delta)
-    generator = seed_everything(case.seed)
+    generator = seed_everything(case.sampling.seed)
     observed = Counter()
     for i in range(the_plan.n):
         target, draft = build_pair(case.target, case.draft)
@@ -167,7 +170,7 @@ def check_tree_sampling(impl, case: TreeCase, delta: float | None = None):
     if not result.passed:
         fail(impl, prop, CHECK_SAMPLING, case, law_mismatch(
             f"the outputs of tree_generate(tree={case.tree})", result, the_plan, len(law),
-            temperature=case.temperature, top_k=case.top_k, top_p=case.top_p, L=L),
+            temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, L=L),
             cause=TOO_LONG if too_long(result.impossible, L) else None)
 
 
@@ -238,7 +241,7 @@ def check_tree_cache(impl, case: TreeCase):
     target = SnapshotQwen3(qwen3_module(case.target), "target", trace, snapshots, "target")
     draft = SnapshotQwen3(qwen3_draft_module(case.target, case.draft), "draft", trace, snapshots,
                           "draft")
-    generator = seed_everything(case.seed)
+    generator = seed_everything(case.sampling.seed)
     tokens, _ = run_tree(impl, prop, CHECK_CACHE, case, target, draft, generator)
     if not trace.used_caches():
         pytest.skip(f"not applicable: --impl={impl.spec} keeps its own caches (it never asked the "
@@ -274,8 +277,8 @@ def check_tree_cache(impl, case: TreeCase):
 def check_tree_bounds(impl, case: TreeCase, runs: int = 1):
     """max_new_tokens, stop ids and stats, greedy or sampled (then over `runs` seeded runs)."""
     prop = "tree: stops, budgets and stats"
-    generator = seed_everything(case.seed)
-    stops = set(case.stop_ids)
+    generator = seed_everything(case.sampling.seed)
+    stops = set(case.sampling.stop_ids)
     for run in range(runs):
         target, draft = build_pair(case.target, case.draft)
         tokens, stats = run_tree(impl, prop, CHECK_BOUNDS, case, target, draft, generator)

@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import torch
 
-from properties import served_oracle as oracle
+from properties import oracle
 from properties.models import tokenizer
 from reference.sampling import probs_from_logits
 
@@ -170,7 +170,7 @@ class FakeServer:
             temperature *= 2
         seq, out = list(ids), []
         while len(out) < max_tokens:
-            logits = oracle.next_logits(seq, model)
+            logits = oracle.served_next_logits([seq], model)[0]
             if temperature == 0:
                 token = int(torch.argmax(logits))
                 if self.behaviour == "wrong_token" and len(out) == 3:

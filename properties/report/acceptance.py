@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from properties.models import build_pair
-from reference.sampling import greedy_token, probs_from_logits
+from reference.sampling import greedy_token
 
 _models: dict = {}
 _alpha: dict = {}
@@ -37,16 +37,16 @@ def _pair(case):
 
 def alpha(case, context: tuple) -> float:
     """Σ min(p, q) after `context` for the case's target and draft at its sampling settings."""
-    key = (case.target, case.draft, context, case.temperature, case.top_k, case.top_p)
+    s = case.sampling
+    key = (case.target, case.draft, context, s.temperature, s.top_k, s.top_p)
     if key in _alpha:
         return _alpha[key]
     target, draft = _pair(case)
     p_logits, q_logits = target.next_logits(context), draft.next_logits(context)
-    if case.temperature == 0:
+    if s.temperature == 0:
         value = float(greedy_token(p_logits) == greedy_token(q_logits))
     else:
-        p = probs_from_logits(p_logits.double(), case.temperature, case.top_k, case.top_p)
-        q = probs_from_logits(q_logits.double(), case.temperature, case.top_k, case.top_p)
+        p, q = s.probs(p_logits.double()), s.probs(q_logits.double())
         value = min(1.0, float(torch.minimum(p, q).sum()))   # rounding can pass 1 by 1e-16
     if len(_alpha) > CACHE:
         _alpha.clear()
@@ -80,6 +80,6 @@ def by_position(case, analysis, tokens) -> dict | None:
                 break              # rejected here: the later proposals were not reached
         decided += r.decided
         exact_tokens += 0 if r.truncated_by_end else 1
-    return {"kind": "acceptance", "k": k, "temperature": float(case.temperature),
+    return {"kind": "acceptance", "k": k, "temperature": float(case.sampling.temperature),
             "rounds": len(rounds), "tokens": int(decided), "exact_tokens": float(exact_tokens),
             "var_tokens": float(var_tokens), "positions": positions}
