@@ -13,7 +13,6 @@ from hypothesis import example, given
 
 from properties import profiles
 from properties.checks import served as checks
-from properties.engines import metrics
 from properties.cases import ServedCase
 from properties.strategies import served_greedy_cases as greedy_cases
 
@@ -33,13 +32,7 @@ def perfect(served):
 
 def counters_missing(served) -> str | None:
     """Why the engine's own speculation counters cannot be read, or None."""
-    where = served.client.dialect.counters
-    if where in ("timings", "metrics"):
-        return None   # declared by the engine: a failure to read them is a failure
-    if not metrics.available(served.client):
-        return (f"cannot judge: {served.client.url} exports no speculative-decoding counters "
-                f"at {metrics.PATH} (pass --served-engine=NAME if it reports them elsewhere)")
-    return None
+    return served.client.dialect.counters_missing(served.client)
 
 
 @given(case=greedy_cases())

@@ -17,7 +17,6 @@ import pytest
 from properties import acceptance, engines
 from properties import oracle
 from properties.checks import served as checks
-from properties.engines import metrics
 from properties.cases import ServedCase
 from properties.adapters.client import Client, Request
 from reference.sampling import SamplingParams
@@ -73,8 +72,8 @@ def test_a_matched_stop_ends_the_tokens_whatever_the_text_says(name):
                           sampling=SamplingParams(stop_ids=req.sampling.stop_ids))
         assert checks.bounds_violation(case, completion) is None, key
     # the recorded habit is the declared one: the text leaves the stop token out
-    answer = record["exchanges"]["greedy_stop"]["answer"]
-    text = answer["content"] if engine.dialect.api == "llamacpp" else answer["choices"][0]["text"]
+    answer = engine.dialect.choices(record["exchanges"]["greedy_stop"]["answer"], name)[0]
+    text = answer["content"] if "content" in answer else answer["text"]
     req, (completion,) = read["greedy_stop"]
     assert engine.dialect.stop_in_text is False
     assert len(text) == len(completion.tokens) - 1
@@ -101,11 +100,24 @@ def test_engine_counters_are_read_and_equal_the_exact_replay(name):
     req, (completion,) = read["greedy"]
     expected = acceptance.greedy(req.prompt, req.max_tokens, "draft-early-exit", 4,
                                  engine.schedule)
-    if engine.dialect.counters == "timings":
+    if engine.dialect.per_response:
         assert (completion.drafted, completion.accepted) == (expected.drafted, expected.accepted)
     else:
-        before, after = record["metrics_before_after_greedy"]
-        drafted = (metrics.parse(after, metrics.DRAFTED) - metrics.parse(before, metrics.DRAFTED))
-        accepted = (metrics.parse(after, metrics.ACCEPTED)
-                    - metrics.parse(before, metrics.ACCEPTED))
+        # the engine's own counters method, reading the recorded pages
+        before, after = (engine.dialect.counters(Page(text))
+                         for text in record["metrics_before_after_greedy"])
+        drafted = after.drafted - before.drafted
+        accepted = after.accepted - before.accepted
         assert (drafted, accepted) == (expected.drafted, expected.accepted)
+
+
+class Page:
+    """A server whose every page is the recorded text (for a dialect's `counters`)."""
+
+    url = "recorded"
+
+    def __init__(self, text):
+        self.text = text
+
+    def get_root_text(self, path):
+        return self.text

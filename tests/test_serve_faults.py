@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from properties import engines
 from properties.harness import PropertyFailure
 from properties.checks import served as checks
 from properties.cases import ServedCase
@@ -21,7 +22,9 @@ SAMPLED = ServedCase((1, 2), 2, sampling=SamplingParams(temperature=0.8, seed=1)
 
 
 def served(fake, **client):
+    """The served Impl as a user's run gets it without --served-engine (a probing dialect)."""
     impl = make_impl("openai:" + fake.url)
+    impl.client.dialect = engines.unknown_dialect()
     for name, value in client.items():
         setattr(impl.client, name, value)
     return impl
@@ -39,7 +42,7 @@ def test_correct_server_passes_every_check():
         impl = served(fake)
         impl.baseline = Client(fake.url)
         checks.check_identity(impl.client, impl.logit_tolerance)
-        assert impl.client.api == "openai"
+        assert impl.client.dialect.name == "openai"
         checks.check_greedy(impl, GREEDY)
         stop = checks.oracle.served_greedy(GREEDY.prompt, 8)[4]
         checks.check_bounds(impl, GREEDY.replace(stop_ids=(stop,)))
@@ -67,17 +70,17 @@ def test_wrong_model_is_refused_before_any_property():
 
 def test_timeout_names_the_option_to_raise_it():
     with FakeServer("slow", delay=3.0) as fake:
-        client = Client(fake.url, model="kit-target", api="openai", timeout=0.5)
+        client = Client(fake.url, model="kit-target", timeout=0.5)
         with pytest.raises(ServedTimeout, match=r"within 0.5 s.*--served-timeout"):
             client.complete(Request((1,), 1))
 
 
 def test_http_500_is_a_property_failure_quoting_the_status():
     with FakeServer("http_500") as fake:
-        client = Client(fake.url, model="kit-target", api="openai")
+        client = Client(fake.url, model="kit-target")
         with pytest.raises(HttpError, match="HTTP 500"):
             client.complete(Request((1,), 1))
-        impl = served(fake, model="kit-target", api="openai")
+        impl = served(fake, model="kit-target")
         with pytest.raises(PropertyFailure, match="(?s)served_greedy.*HTTP 500"):
             checks.check_greedy(impl, GREEDY)
 
@@ -129,7 +132,7 @@ def test_text_only_server_is_spoken_to_in_the_transformers_dialect():
     with FakeServer("text_only") as fake:
         impl = served(fake)
         checks.check_identity(impl.client, 1e-3)
-        assert impl.client.api == "transformers"
+        assert impl.client.dialect.name == "transformers"
         checks.check_greedy(impl, GREEDY)
         # no `n` in this dialect: the kit sends single requests and still gets them all
         got = impl.client.complete(Request((1, 2), 2, SamplingParams(temperature=1.0, seed=1, n=3)))

@@ -26,7 +26,7 @@ def fake_server(tmp_path, behaviour_method="die-on-top-k", **kw):
 
 def test_a_server_that_dies_is_reported_at_its_request(tmp_path):
     with fake_server(tmp_path) as server:
-        client = Client(server.url, api="openai", model="kit-target", timeout=10)
+        client = Client(server.url, model="kit-target", timeout=10)
         client.watchdog = Watchdog(f"http://127.0.0.1:{server.port}/health", server=server,
                                    registry=deaths.Registry(), grace=2)
         assert client.complete(Request((1, 2), 2, SamplingParams(temperature=1.0, seed=1)))  # alive

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from properties import engines
 from properties.checks import served as checks
 from properties.export import kit as export
 from properties.cases import ServedCase
@@ -43,10 +44,13 @@ def server(tmp_path_factory):
 
 def test_server_serves_the_target_with_and_without_lookup(server):
     impl = make_impl("openai:" + server.url)
+    impl.client.dialect = engines.unknown_dialect()     # as a run without --served-engine
     checks.check_identity(impl.client, LOGIT_TOLERANCE)
-    assert impl.client.api == "transformers"   # text prompts, generation_config
-    impl.client.extra_generation_config = dict(LOOKUP)
-    impl.baseline = Client(server.url)
+    assert impl.client.dialect.name == "transformers"   # text prompts, generation_config
+    engine = engines.get("transformers")
+    impl.client.dialect = engine.dialect_for(engine.method("prompt-lookup"))
+    assert impl.client.dialect.generation_config == LOOKUP
+    impl.baseline = Client(server.url, dialect=engine.dialect_for(None))
     checks.check_greedy(impl, ServedCase((3, 9, 27, 3, 9, 27, 3, 9), 16))
 
 

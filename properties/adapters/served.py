@@ -2,8 +2,9 @@
 
 It has one level, ``served``: the kit's served families apply to it and no other family does
 (the engine-level families need the kit to hand the engine its models; a server loads its
-own). The client starts with defaults; the pytest plugin applies the command line's options
-(--baseline, --served-api, timeouts, concurrency) before the first test.
+own). The client starts with the OpenAI dialect; the pytest plugin applies the engine's dialect
+and the options (the launcher's in-process settings, or --baseline, --served-*, timeouts,
+concurrency from the command line) before the first test.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class ServedImpl(Impl):
         self.draft = "unknown"                   # "perfect": the server drafts with the target
         self.k = 4                               # proposals per round (--served-k)
         self.schedule = None                     # the engine's end-of-request draft habit
-        self.engine = None                       # properties.engines name, if known
+        self.engine = None                       # its properties.engines Engine, if known
 
     def has(self, level: str) -> bool:
         return level == "served"
@@ -40,7 +41,8 @@ class ServedImpl(Impl):
     def header(self) -> str:
         baseline = self.baseline.url if self.baseline else "none (--baseline=URL to compare)"
         return (f"implementation under test: --impl={self.spec} -> {self.description}\n"
-                f"levels: served (OpenAI-compatible completions; api {self.client.api}); "
+                f"levels: served (OpenAI-compatible completions; dialect "
+                f"{self.client.dialect.name}); "
                 f"baseline: {baseline}\n"
                 f"greedy ties: float64 top-two logit gap <= {self.logit_tolerance:g}")
 

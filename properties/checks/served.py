@@ -26,7 +26,6 @@ from properties import acceptance
 from properties import oracle
 from properties.cases import ServedCase
 from properties.adapters.client import BadResponse, Completion, Request, ServedError
-from properties.engines.metrics import acceptance_counters
 
 # The design deviation of the served sampling check: total variation >= DELTA_SERVED in the
 # joint law of the first L tokens is detected with power POWER at level ALPHA.
@@ -174,7 +173,8 @@ CHECK_SEQUENCE = f"{_MODULE}:check_sequence"
 
 
 def sampling_requests(client, case: ServedCase, n: int) -> list[Request]:
-    per = N_PER_REQUEST if client.api == "openai" and client.supports_n is not False else 1
+    per = (N_PER_REQUEST if client.dialect.honours_n is not False and client.supports_n is not False
+           else 1)
     out, i = [], 0
     while i < n:
         take = min(per, n - i)
@@ -350,19 +350,15 @@ REPLAYED_DRAFTS = ("perfect", "draft-early-exit", "draft-random")
 
 
 def engine_counts(impl, request: Request):
-    """(drafted, accepted, completion) the engine reports for one request sent alone: the
-    difference of its /metrics counters around it, or its response's draft statistics."""
+    """(drafted, accepted, completion) the engine reports for one request sent alone, read by
+    its dialect (the difference of its server-wide counters around it, or its response's
+    draft statistics)."""
     client = impl.client
-    where = client.dialect.counters or "metrics"   # unknown engine: try the Prometheus page
-    if where == "metrics":
-        before = acceptance_counters(client)
-        (completion,), = client.complete_many([request])
-        after = acceptance_counters(client)
-        return after.drafted - before.drafted, after.accepted - before.accepted, completion
-    (completion,), = client.complete_many([request])
-    if completion.drafted is None:
-        raise BadResponse(f"{client.url}: the response carries no draft statistics")
-    return completion.drafted, completion.accepted, completion
+    counted = client.dialect.count(client, [request])
+    if counted is None:
+        raise BadResponse(f"{client.url}: the engine reports no speculation counters")
+    (completion,), = counted.answers
+    return counted.drafted, counted.accepted, completion
 
 
 def _replay(case, completion, impl, schedule, draft=None):

@@ -1,17 +1,40 @@
-"""The production engines the kit starts and judges: one module per engine, one line each here.
+"""The production engines the kit starts and judges: one file per engine, one line each in
+`ENGINES` (or one `register(...)` call).
 
-Each module exposes one `ENGINE` (an Engine): how its environment is found (and which make
-target creates it), its version, the command lines of its baseline and of each speculation
-method, its health path, its response dialect (properties.adapters.dialects), and the versions
-the kit has been validated against. The client and the checks stay engine-agnostic.
+An engine's file declares one `ENGINE` (an `Engine`) and everything engine-specific:
+
+    find()                          its environment (EngineMissing names the make target)
+    version(env)                    its version; `validated`: those its dialect was recorded from
+    methods                         its speculation methods (name -> Method: what drafts, k)
+    command(env, export_dir, method, port) -> Command
+                                    the server's command line, env vars and health path, for the
+                                    baseline (method None) and each method: the one source of the
+                                    launcher and of the printed recipes (env None: as a user
+                                    types it where the engine is installed)
+    prepare(env, export_dir, log)   optional: files made before the servers start (GGUF)
+    prepare_commands(env, dir[, drafts])
+                                    optional: those steps as command lines, for the recipes
+    dialect                         a Dialect (properties.adapters.dialects) or a subclass:
+                                    request bodies and paths, how answers become Completions,
+                                    neutral settings, `n`, and its speculation counters
+                                    (`counters` / `per_response` / `count`)
+    dialects(method)                optional: the dialect per method, where speculation is
+                                    switched on per request (transformers serve)
+    schedule                        its end-of-request draft habit (properties.acceptance)
+
+The client, the checks, the launcher and the speed measurement only call these; none of them
+names an engine. Adding an engine is its file plus one line here (and a make target for its
+environment if it has one); tests/test_engine_interface.py adds one from a test module.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass, field, replace
 
 from properties.adapters.dialects import Dialect
+from properties.adapters.protocol import HttpError, Request, ServedError
 
 
 @dataclass
@@ -23,7 +46,14 @@ class Command:
     health: str = "/health"
     cwd: str | None = None
 
-# engine name -> module (under properties.engines)
+    def shell(self) -> str:
+        """The command as one shell line, its environment variables first."""
+        env = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in self.env.items())
+        line = " ".join(shlex.quote(str(a)) for a in self.argv)
+        return f"{env} {line}" if env else line
+
+
+# engine name -> module (under properties.engines) or an Engine (register)
 ENGINES = {
     "vllm": "vllm",
     "llamacpp": "llamacpp",
@@ -59,14 +89,15 @@ class Engine:
     dialect: Dialect
     find: object                    # () -> Environment; raises EngineMissing
     version: object                 # (Environment) -> str
-    command: object                 # (Environment, export_dir, Method | None, port) -> Command
+    command: object                 # (Environment | None, export_dir, Method | None, port) -> Command
     prepare: object = None          # (Environment, export_dir, log) -> None (e.g. GGUF files)
+    prepare_commands: object = None  # (Environment | None, export_dir[, drafts]) -> [(what, Command)]
+    dialects: object = None         # (Method | None) -> Dialect, when speculation is per request
     start_timeout: float = 300.0
-    # where the engine reports counters: served_draft names in the kit's replay terms
     notes: tuple = field(default_factory=tuple)
     runnable: bool = True           # False: recipe only (needs hardware this kit lacks)
+    recipe: bool = True             # False: left out of the printed recipes (the self-test)
     schedule: str | None = None     # end-of-request draft habit (properties.acceptance)
-    kit_args: tuple = ()            # extra pytest options the kit passes for this engine
 
     def method(self, name: str) -> Method:
         if name not in self.methods:
@@ -74,8 +105,94 @@ class Engine:
                            f"{', '.join(self.methods)}")
         return self.methods[name]
 
+    def dialect_for(self, method: Method | None) -> Dialect:
+        """The dialect of requests to the server of `method` (None: the baseline)."""
+        return self.dialects(method) if self.dialects is not None else self.dialect
+
+
+def register(name: str, engine: "Engine | str") -> None:
+    """Add an engine to the table: its Engine, or its module's name under properties.engines
+    (a file there declaring ENGINE). The same as one more line in ENGINES."""
+    ENGINES[name] = engine
+
 
 def get(name: str) -> Engine:
     if name not in ENGINES:
         raise KeyError(f"no engine {name!r}; the engines: {', '.join(ENGINES)}")
-    return importlib.import_module(f"properties.engines.{ENGINES[name]}").ENGINE
+    entry = ENGINES[name]
+    if isinstance(entry, Engine):
+        return entry
+    return importlib.import_module(f"properties.engines.{entry}").ENGINE
+
+
+# ----------------------------------------------------------------------- an engine not named
+
+PROBE = Request(prompt=(0,), max_tokens=1)
+
+
+@dataclass(frozen=True)
+class Unknown(Dialect):
+    """A server whose engine is not named (``--impl=openai:URL`` without --served-engine):
+    the request shapes of the table's engines are tried in order (the OpenAI API first) until
+    one is not refused, and the speculation counters are those of whichever engine's
+    server-wide counters the server exports."""
+
+    name: str = "auto"
+    honours_n: bool | None = False  # until resolved: the shape is not known, ask one at a time
+    shapes: tuple = ()              # candidate dialects; one once resolved
+    resolved: bool = False
+
+    def resolve(self, client) -> Dialect:
+        if self.resolved:
+            return self
+        refusals = []
+        for shape in self.shapes:
+            try:
+                shape.complete(client, PROBE)
+            except HttpError as exc:
+                if exc.status not in (400, 422):
+                    raise
+                refusals.append(f"{shape.name}: {exc}")
+                continue
+            return replace(self, name=shape.name, shapes=(shape,), resolved=True,
+                           neutral=shape.neutral, stop_in_ids=shape.stop_in_ids,
+                           stop_in_text=shape.stop_in_text, honours_n=shape.honours_n,
+                           path=shape.path, at_root=shape.at_root,
+                           per_response=shape.per_response)
+        raise HttpError(f"{client.url}: no request dialect is accepted: " + "; ".join(refusals),
+                        400)
+
+    def body(self, req, model):
+        return self.shapes[0].body(req, model)
+
+    def complete(self, client, req):
+        return self.shapes[0].complete(client, req)
+
+    def read(self, answer, req, where):
+        return self.shapes[0].read(answer, req, where)
+
+    def counters(self, client):
+        for name in ENGINES:
+            try:
+                found = get(name).dialect.counters(client)
+            except (ServedError, EngineMissing):
+                continue
+            if found is not None:
+                return found
+        return None
+
+    def counters_missing(self, client) -> str | None:
+        if self.per_response or self.counters(client) is not None:
+            return None
+        return (f"cannot judge: {client.url} exports no speculative-decoding counters at "
+                f"/metrics (pass --served-engine=NAME if it reports them elsewhere)")
+
+
+def unknown_dialect(generation_config: dict | None = None,
+                    shapes=("openai", "transformers")) -> Unknown:
+    """The dialect for a server whose engine is not named: the OpenAI API, else the request
+    shape of transformers serve (text prompts; `generation_config` merged into each)."""
+    from properties.engines.transformers import DIALECT
+    known = {"openai": Dialect(),
+             "transformers": replace(DIALECT, generation_config=dict(generation_config or {}))}
+    return Unknown(shapes=tuple(known[s] for s in shapes))

@@ -4,18 +4,32 @@ server that dies at a chosen request, restart, counters, verdict) in seconds, no
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
-from properties.adapters import dialects
+from properties.adapters.dialects import Dialect, read_prometheus
 from properties.engines import Command, Engine, Method
 
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
     Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
 )}
+# its speculation counters, on its /metrics page (properties/engines/fake_server.py)
+DRAFTED = "kit_fake_drafted_tokens_total"
+ACCEPTED = "kit_fake_accepted_tokens_total"
 BEHAVIOUR = {"perfect-draft": None, "die-on-top-k": "die_on_top_k"}
 
-FAKE = dialects.Dialect("fake", "openai", stop_in_ids=True, stop_in_text=True, honours_n=True,
-                        counters="metrics")
+
+@dataclass(frozen=True)
+class Fake(Dialect):
+    """The OpenAI API; its counters are the fake server's own names on its /metrics page."""
+
+    name: str = "fake"
+
+    def counters(self, client):
+        return read_prometheus(client, (DRAFTED,), (ACCEPTED,))
+
+
+FAKE = Fake(stop_in_ids=True, stop_in_text=True, honours_n=True)
 
 
 def command(env, export_dir, method, port) -> Command:
@@ -29,4 +43,5 @@ def command(env, export_dir, method, port) -> Command:
 ENGINE = Engine(
     name="fake", title="the kit's fake server (self-test)", setup="nothing (part of the kit)",
     validated=("self",), methods=METHODS, dialect=FAKE, find=lambda: None,
-    version=lambda env: "self", command=command, start_timeout=60.0, schedule="full")
+    version=lambda env: "self", command=command, start_timeout=60.0, schedule="full",
+    recipe=False)

@@ -20,7 +20,7 @@ float64 target, and can be told to misbehave in one named way:
 
 Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
 `fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
-Its /metrics counters follow a perfect draft with k = 4 drafted per round ("full" schedule).
+Its /metrics counters (its own names, which the `fake` engine's dialect reads) follow a perfect draft with k = 4 drafted per round ("full" schedule).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from properties import oracle
+from properties.engines.fake import ACCEPTED, DRAFTED
 from properties.models import tokenizer
 from reference.sampling import probs_from_logits
 
@@ -84,9 +85,10 @@ class FakeServer:
                 elif self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": "kit-target"}]})
                 elif self.path == "/metrics":
-                    text = (f"# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
-                            f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {fake.drafted}.0\n'
-                            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {fake.accepted}.0\n')
+                    text = (f"# TYPE {DRAFTED} counter\n"
+                            f'{DRAFTED}{{server="0"}} {fake.drafted}.0\n'
+                            f"# TYPE {ACCEPTED} counter\n"
+                            f'{ACCEPTED}{{server="0"}} {fake.accepted}.0\n')
                     self._send(200, text.encode(), "text/plain")
                 else:
                     self._send(404, {"error": f"no route {self.path}"})

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from properties.adapters import dialects
+from properties.adapters.dialects import Dialect
+from properties.adapters.protocol import BadResponse, Completion, Request
 from properties.engines import Command, Engine, EngineMissing, Method
+from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
 
 K = 4
@@ -39,6 +41,108 @@ class Environment:
     source: Path
 
 
+# as a user types it where llama.cpp is built (the recipes)
+RECIPE = Environment(Path("llama-server"), Path("LLAMA_CPP_SOURCE"))
+
+
+@dataclass(frozen=True)
+class LlamaCpp(Dialect):
+    """llama-server's own /completion (at the server's root): token-id prompt, tokens back,
+    one completion per request, stops as strings (one character per kit token), and the
+    engine's draft statistics in each response (timings.draft_n, timings.draft_n_accepted).
+
+    llama.cpp gives a BPE vocabulary without an end-of-sequence token the default id 11,
+    which is one of the kit's ordinary tokens; `ignore_eos` would forbid it outright. So the
+    request leaves it on, and a completion that stopped there (stop_type "eos") is continued
+    by a new request whose prompt is the prompt and the tokens so far: by the chain rule the
+    continuation is drawn from the right conditional law, and a greedy one is the same argmax
+    sequence. Seeds of continuations derive from the request's."""
+
+    name: str = "llama.cpp"
+    path: str = "/completion"
+    at_root: bool = True
+    per_response: bool = True
+
+    def body(self, req: Request, model) -> dict:
+        body = {"prompt": list(req.prompt), "n_predict": req.max_tokens,
+                "temperature": req.sampling.temperature, "top_k": req.sampling.top_k,
+                "top_p": req.sampling.top_p, "stream": False}
+        body.update(self.neutral)
+        if req.sampling.stop_ids:
+            body["stop"] = [tokenizer.decode([t]) for t in req.sampling.stop_ids]
+        if req.sampling.seed is not None:
+            body["seed"] = req.sampling.seed
+        return body
+
+    def complete(self, client, req: Request) -> list[Completion]:
+        """One completion, continued past llama.cpp's end-of-sequence id (see above)."""
+        tokens, drafted, accepted, part, pieces = (), 0, 0, req, ()
+        while True:
+            (got,) = self.read(client.post(self.body(part, client.model)), part, client.where())
+            tokens += got.tokens
+            pieces += (len(got.tokens),)
+            drafted += got.drafted or 0
+            accepted += got.accepted or 0
+            stopped_by_request = bool(tokens) and tokens[-1] in req.sampling.stop_ids
+            if (got.finish_reason != "eos" or len(tokens) >= req.max_tokens
+                    or stopped_by_request or not got.tokens):
+                reason = got.finish_reason
+                if reason == "eos":   # id 11 is no stop of the kit's: only the length ended it
+                    reason = "stop" if stopped_by_request else "length"
+                return [Completion(tokens, reason, drafted, accepted,
+                                   pieces if len(pieces) > 1 else ())]
+            seed = (None if req.sampling.seed is None
+                    else (req.sampling.seed * 1_000_003 + len(tokens)) % 2**31)
+            part = replace(req, prompt=tuple(req.prompt) + tokens,
+                           max_tokens=req.max_tokens - len(tokens),
+                           sampling=replace(req.sampling, seed=seed))
+
+    def choices(self, answer, where: str) -> list:
+        if not isinstance(answer, dict) or "content" not in answer:
+            raise BadResponse(f"{where}: no content in {str(answer)[:300]}")
+        return [answer]
+
+    def read_choice(self, choice: dict, req: Request, where: str) -> Completion:
+        ids = choice.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                for t in ids):
+            raise BadResponse(f"{where}: no token list in {str(choice)[:300]} (return_tokens)")
+        tokens = tuple(ids)
+        stop_type = choice.get("stop_type")
+        word = choice.get("stopping_word") or ""
+        if stop_type == "word" and word:
+            stop = tokenizer.encode(word)
+            # the stop word's token is kept at the end of `tokens` or not, depending on the
+            # version; the kit's convention keeps it
+            if len(stop) == 1 and not (tokens and tokens[-1] == stop[0]):
+                tokens = tokens + tuple(stop)
+        reason = {"word": "stop", "limit": "length"}.get(stop_type, stop_type)
+        timings = choice.get("timings") or {}
+        drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+        if drafted is None and isinstance(timings, dict) and "predicted_n" in timings:
+            drafted, accepted = 0, 0    # llama-server omits them when nothing was drafted
+        return Completion(tokens, reason, drafted, accepted)
+
+
+DIALECT = LlamaCpp(
+    # llama-server's defaults are top_k 40, top_p 0.95, min_p 0.05, temperature 0.8 and a
+    # sampler chain that applies temperature last; the kit names every setting and puts the
+    # chain in the conventional order (temperature, then top-k, then top-p).
+    neutral={"min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "repeat_last_n": 0,
+             "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0,
+             "xtc_probability": 0.0, "top_n_sigma": -1.0, "mirostat": 0,
+             "dynatemp_range": 0.0, "ignore_eos": False, "cache_prompt": False,
+             "return_tokens": True, "n_probs": 0,
+             "samplers": ["temperature", "top_k", "top_p"]},
+    stop_in_ids=None, stop_in_text=False, honours_n=False,
+    notes=("stops are strings (one character per kit token); the stop word is cut from the text",
+           "draft statistics per response: timings.draft_n, timings.draft_n_accepted",
+           "a BPE vocabulary without an end-of-sequence token gets llama.cpp's default, id 11, "
+           "and ignore_eos would forbid that token (a -inf bias): the kit leaves ignore_eos "
+           "off and continues a completion that stopped at id 11 by a new request from the "
+           "prefix (the chain rule keeps the law and the greedy output exact)"))
+
+
 def find() -> Environment:
     root = engines_dir() / "llamacpp"
     server, source = root / "build" / "bin" / "llama-server", root / "src"
@@ -57,34 +161,43 @@ def version(env: Environment) -> str:
     return output([env.server, "--version"]).splitlines()[0]
 
 
+def prepare_commands(env: Environment | None, export_dir,
+                     drafts=("draft-early-exit", "draft-random")) -> list:
+    """(what, Command) converting the target and the drafts to GGUF (float32), beside the
+    export, with the vendored convert_hf_to_gguf.py (driven by gguf_convert.py)."""
+    python = sys.executable if env is not None else "python"
+    env = env or RECIPE
+    gguf = Path(export_dir) / "gguf"
+    driver = Path(__file__).with_name("gguf_convert.py")
+    return [(f"convert {name} to GGUF (float32, the vendored convert_hf_to_gguf.py)",
+             Command([python, driver, env.source, Path(export_dir) / name,
+                      gguf / f"{name}.gguf"]))
+            for name in ("target",) + tuple(drafts)]
+
+
 def prepare(env: Environment, export_dir, log) -> None:
     """GGUF (float32) files of the target and the drafts, beside the export."""
-    gguf = Path(export_dir) / "gguf"
-    gguf.mkdir(exist_ok=True)
-    driver = Path(__file__).with_name("gguf_convert.py")
-    for name in ("target", "draft-early-exit", "draft-random"):
-        out = gguf / f"{name}.gguf"
-        if out.exists():
+    (Path(export_dir) / "gguf").mkdir(exist_ok=True)
+    for what, step in prepare_commands(env, export_dir):
+        if Path(step.argv[-1]).exists():
             continue
-        done = subprocess.run([sys.executable, str(driver), str(env.source),
-                               str(Path(export_dir) / name), str(out)],
-                              capture_output=True, text=True)
+        done = subprocess.run([str(a) for a in step.argv], capture_output=True, text=True)
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
             f.write(done.stdout + done.stderr)
         if done.returncode != 0:
-            raise RuntimeError(f"converting {name} to GGUF failed (log {log}):\n"
-                               f"{done.stderr[-2000:]}")
+            raise RuntimeError(f"converting {Path(step.argv[-2]).name} to GGUF failed (log "
+                               f"{log}):\n{done.stderr[-2000:]}")
 
 
-def command(env: Environment, export_dir, method: Method | None, port: int) -> Command:
+def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
     gguf = Path(export_dir) / "gguf"
-    argv = [env.server, "-m", gguf / "target.gguf", "--host", "127.0.0.1", "--port", str(port),
-            "-c", "2048", "-np", "1", "-t", "1", "--no-webui", "--seed", "0"]
+    argv = [(env or RECIPE).server, "-m", gguf / "target.gguf", "--host", "127.0.0.1",
+            "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--no-webui", "--seed", "0"]
     if method is not None and method.draft == "ngram":
         argv += ["--spec-type", "ngram-simple", "--spec-draft-n-max", str(method.k)]
     elif method is not None:
-        argv += ["-md", gguf / f"{DRAFT_FILES[method.draft]}.gguf", "--spec-type", "draft-simple",
+        argv += ["-md", gguf / f"{DRAFT_FILES.get(method.draft, method.draft)}.gguf", "--spec-type", "draft-simple",
                  "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
                  "--spec-draft-p-min", "0", "-td", "1"]
     return Command(argv, health="/health")
@@ -93,6 +206,7 @@ def command(env: Environment, export_dir, method: Method | None, port: int) -> C
 ENGINE = Engine(
     name="llamacpp", title="llama.cpp llama-server (from llama-cpp-python's vendored source)",
     setup="make engine-llamacpp", validated=("llama-cpp-python 0.3.36",), methods=METHODS,
-    dialect=dialects.LLAMACPP, find=find, version=version, command=command, prepare=prepare,
+    dialect=DIALECT, find=find, version=version, command=command, prepare=prepare,
+    prepare_commands=prepare_commands,
     start_timeout=120.0, schedule="capped")
 

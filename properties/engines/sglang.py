@@ -3,13 +3,17 @@ is printed (``python -m properties.serve recipes DIR``); `run` refuses it with t
 
 from __future__ import annotations
 
-from properties.adapters import dialects
-from properties.engines import Engine, EngineMissing, Method
+from pathlib import Path
 
+from properties.adapters.dialects import Dialect
+from properties.engines import Command, Engine, EngineMissing, Method
+
+K = 4
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "STANDALONE draft model", "draft-early-exit"),
-    Method("ngram", "NGRAM", "ngram"),
+    Method("draft-early-exit", "STANDALONE draft model", "draft-early-exit", K),
+    Method("ngram", "NGRAM", "ngram", K),
 )}
+DIALECT = Dialect("sglang", honours_n=True)
 
 
 def find():
@@ -19,7 +23,22 @@ def find():
                         "--served-engine=sglang")
 
 
+def command(env, export_dir, method: Method | None, port: int) -> Command:
+    root = Path(export_dir)
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", root / "target",
+            "--dtype", "float32", "--context-length", "2048", "--port", str(port)]
+    if method is not None and method.draft == "ngram":
+        argv += ["--speculative-algorithm", "NGRAM",
+                 "--speculative-num-draft-tokens", str(method.k + 1)]
+    elif method is not None:
+        argv += ["--speculative-algorithm", "STANDALONE",
+                 "--speculative-draft-model-path", root / method.draft,
+                 "--speculative-num-steps", str(method.k), "--speculative-eagle-topk", "1",
+                 "--speculative-num-draft-tokens", str(method.k + 1)]
+    return Command(argv, health="/health")
+
+
 ENGINE = Engine(
     name="sglang", title="SGLang (GPU only: recipe)", setup="a CUDA machine",
-    validated=(), methods=METHODS, dialect=dialects.Dialect("sglang", "openai", honours_n=True),
-    find=find, version=lambda env: "?", command=None, runnable=False)
+    validated=(), methods=METHODS, dialect=DIALECT, find=find, version=lambda env: "?",
+    command=command, runnable=False)

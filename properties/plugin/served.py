@@ -1,15 +1,23 @@
 """pytest options for served engines, and the fixture that hands the served tests their Impl.
 
+Under ``python -m properties.serve run`` the launcher's plugin (properties/serve/run.py) hands
+the engine object, its method and the servers to this plugin in this process (`served()` of
+the plugin); run by hand, the same settings come from the command line:
+
     --baseline=URL                  the same model served without speculation: greedy outputs
                                     must match it (ties within the logit tolerance aside)
+    --served-engine=NAME            the engine behind the URL (properties.engines): its dialect
+                                    (request shape, answers, speculation counters), its schedule
     --served-api=auto|openai|transformers
-                                    the request dialect (auto: tried in that order)
+                                    the request shape when no engine is named (auto: tried in
+                                    that order)
     --served-model=NAME             the model name to request (default: the first of /v1/models)
     --served-timeout=SECONDS        per request (default 60)
     --served-concurrency=N          requests in flight at once (default 8)
-    --served-generation-config=JSON merged into each request's generation_config (dialect
-                                    transformers), e.g. '{"prompt_lookup_num_tokens": 4}'
+    --served-generation-config=JSON merged into each request's generation_config (transformers
+                                    serve's dialect), e.g. '{"prompt_lookup_num_tokens": 4}'
     --served-draft=unknown|perfect  perfect: the server drafts with the target itself
+    --served-k=K                    draft tokens per round
     --served-logit-tolerance=GAP    greedy ties (default 1e-3, for float32 servers)
 
 Before the first served test, the fixture confirms that the server (and the baseline) serve
@@ -30,7 +38,8 @@ def pytest_addoption(parser):
     group.addoption("--baseline", default=None, metavar="URL",
                     help="the same model served without speculation (for greedy equality)")
     group.addoption("--served-api", default="auto", choices=("auto", "openai", "transformers"),
-                    help="request dialect: openai (vLLM/SGLang extensions) or transformers")
+                    help="request shape when no engine is named: openai (vLLM/SGLang "
+                         "extensions) or transformers")
     group.addoption("--served-model", default=None, metavar="NAME",
                     help="model name to request (default: the first of GET /v1/models)")
     group.addoption("--served-timeout", default=str(DEFAULTS["timeout"]), metavar="SECONDS",
@@ -38,7 +47,8 @@ def pytest_addoption(parser):
     group.addoption("--served-concurrency", default=str(DEFAULTS["concurrency"]), metavar="N",
                     help="requests in flight at once (default 8)")
     group.addoption("--served-generation-config", default=None, metavar="JSON",
-                    help="JSON object merged into each request's generation_config (transformers)")
+                    help="JSON object merged into each request's generation_config "
+                         "(transformers serve)")
     group.addoption("--served-draft", default="unknown",
                     choices=("unknown", "perfect", "draft-early-exit", "draft-random", "ngram",
                              "none"),
@@ -48,7 +58,7 @@ def pytest_addoption(parser):
                     help="draft tokens per round the server was started with (default 4)")
     group.addoption("--served-engine", default=None, metavar="NAME",
                     help="the engine behind the URL (vllm, llamacpp, transformers, ...): "
-                         "its response dialect and where it reports speculation counters")
+                         "its dialect (requests, answers, speculation counters)")
     group.addoption("--served-logit-tolerance", default=None, metavar="GAP",
                     help="float64 top-two logit gap below which a greedy divergence is a tie")
 
@@ -65,7 +75,8 @@ def _number(config, name, kind, low):
 
 
 def options(config) -> dict:
-    """The served options, validated (a bad value is one usage error naming it)."""
+    """The served options, validated (a bad value is one usage error naming it): the
+    launcher's in-process settings where it ran pytest, else the command line's."""
     extra = config.getoption("--served-generation-config")
     if extra is not None:
         try:
@@ -76,18 +87,25 @@ def options(config) -> dict:
             raise pytest.UsageError(f"--served-generation-config={json.dumps(extra)}: must be a "
                                     f"JSON object")
     tolerance = config.getoption("--served-logit-tolerance")
-    return {
-        "baseline": config.getoption("--baseline"),
-        "api": config.getoption("--served-api"),
+    opts = {
         "model": config.getoption("--served-model"),
         "timeout": _number(config, "--served-timeout", float, 1e-3),
         "concurrency": _number(config, "--served-concurrency", int, 1),
-        "extra": extra or {},
-        "draft": config.getoption("--served-draft"),
-        "k": _number(config, "--served-k", int, 1),
-        "engine": _engine(config.getoption("--served-engine")),
         "tolerance": None if tolerance is None else _number(config, "--served-logit-tolerance",
                                                             float, 0.0),
+    }
+    launcher = launcher_of(config)
+    if launcher is not None and hasattr(launcher, "served"):
+        return opts | launcher.served()
+    engine = _engine(config.getoption("--served-engine"))
+    dialect, baseline_dialect = _dialects(engine, config.getoption("--served-api"), extra or {})
+    return opts | {
+        "baseline": config.getoption("--baseline"),
+        "engine": engine,
+        "dialect": dialect,
+        "baseline_dialect": baseline_dialect,
+        "draft": config.getoption("--served-draft"),
+        "k": _number(config, "--served-k", int, 1),
     }
 
 
@@ -101,29 +119,41 @@ def _engine(name):
         raise pytest.UsageError(f"--served-engine={name}: {exc.args[0]}") from None
 
 
+def _dialects(engine, api: str, extra: dict):
+    """(the dialect of --impl, that of --baseline): the named engine's, else a probing one
+    (properties.engines.Unknown); --served-generation-config goes to --impl's only."""
+    from dataclasses import fields, replace
+
+    from properties import engines
+    if engine is None:
+        shapes = ("openai", "transformers") if api == "auto" else (api,)
+        return (engines.unknown_dialect(extra, shapes), engines.unknown_dialect(None, shapes))
+    dialect = engine.dialect
+    if extra and "generation_config" in {f.name for f in fields(dialect)}:
+        return replace(dialect, generation_config=dict(extra)), dialect
+    return dialect, dialect
+
+
 def configure(impl, opts: dict) -> None:
-    """Apply the options to a ServedImpl (its client, baseline, tolerance, draft)."""
+    """Apply the options to a ServedImpl (its client, baseline, tolerance, draft, engine)."""
     from properties.adapters.client import Client
 
     client = impl.client
-    engine = opts["engine"]
-    dialect = engine.dialect if engine is not None else client.dialect
-    api = dialect.api if opts["api"] == "auto" and dialect.api != "auto" else opts["api"]
-    client.dialect, client.api, client.model = dialect, api, opts["model"]
+    client.dialect, client.model = opts["dialect"], opts["model"]
     client.timeout, client.concurrency = opts["timeout"], opts["concurrency"]
-    client.extra_generation_config = dict(opts["extra"])
     if opts["baseline"]:
         try:
-            impl.baseline = Client(opts["baseline"], api=api, model=opts["model"],
+            impl.baseline = Client(opts["baseline"], model=opts["model"],
                                    timeout=opts["timeout"], concurrency=opts["concurrency"],
-                                   dialect=dialect)
+                                   dialect=opts["baseline_dialect"])
         except ValueError as exc:
             raise pytest.UsageError(f"--baseline={opts['baseline']}: {exc}") from None
     if opts["tolerance"] is not None:
         impl.logit_tolerance = opts["tolerance"]
     impl.draft, impl.k = opts["draft"], opts["k"]
-    impl.engine = engine.name if engine is not None else None
-    impl.schedule = getattr(engine, "schedule", None) if engine is not None else None
+    engine = opts["engine"]
+    impl.engine = engine
+    impl.schedule = engine.schedule if engine is not None else None
 
 
 def _served_impl(config):
@@ -244,7 +274,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if client is None or client.traffic.requests == 0:
             continue
         t = client.traffic
-        lines.append(f"{role} {client.url} (api {client.api}, model {client.model!r}): "
+        lines.append(f"{role} {client.url} (dialect {client.dialect.name}, model "
+                     f"{client.model!r}): "
                      f"{t.requests} requests, {t.completions} completions, "
                      f"{t.rate():.1f} requests/s while busy (concurrency {client.concurrency})")
     if lines:

@@ -3,8 +3,9 @@ judges it.
 
 It exports the kit's checkpoints, starts the speculating server and the baseline server (the
 same engine without speculation) on free ports, waits for their health with a bounded
-timeout, runs the served families against them (in this process, so that a server that dies
-is restarted between tests and reported at the request that killed it), shows that
+timeout, runs the served families against them (in this process: the Launcher plugin hands the
+checks the Engine object, its method and the servers, restarts a server that dies between
+tests, reported at the request that killed it, and takes the kit's summary back), shows that
 speculation ran (the engine's own counters), measures the speed-up, stops both servers (also
 on Ctrl-C and on failure) and keeps their logs in the run directory.
 
@@ -70,13 +71,28 @@ def read_known(path, version: str, method: str) -> list[Known]:
 
 
 class Launcher:
-    """The pytest plugin of a run: hands the served fixture the servers (for the watchdog)
-    and restarts a server that died before the next test, saying so."""
+    """The pytest plugin of a run. It hands the served plugin the engine object, its method
+    and the servers in this process (`served()`: no command-line round trip), restarts a
+    server that died before the next test, saying so, and takes the kit's summary when the
+    session ends (`summary`)."""
 
-    def __init__(self, servers: dict, say):
-        self.servers = servers          # url -> Server
+    def __init__(self, engine, method, spec: Server, base: Server, say):
+        self.engine, self.method = engine, method
+        self.spec, self.base = spec, base
+        self.servers = {spec.url: spec, base.url: base}     # url -> Server
         self.say = say
         self.restarts = []
+        self.summary = None             # the kit's conformance summary, once the session ends
+
+    def served(self) -> dict:
+        """The served plugin's settings (properties.plugin.served.options), from the engine."""
+        return {"engine": self.engine, "baseline": self.base.url,
+                "dialect": self.engine.dialect_for(self.method),
+                "baseline_dialect": self.engine.dialect_for(None),
+                "draft": self.method.draft, "k": self.method.k}
+
+    def pytest_unconfigure(self, config):
+        self.summary = getattr(config, "_kit_summary", None)
 
     def pytest_configure(self, config):
         self.config = config
@@ -137,14 +153,12 @@ def judge(summary: dict, known: list[Known], known_given: bool, speculation: dic
     return Outcome("CONFORMANT", "CONFORMANT", 0)
 
 
-def _pytest_args(engine, method, spec_url, base_url, run_dir, families, extra):
-    args = ["properties/", f"--impl=openai:{spec_url}", f"--baseline={base_url}",
-            f"--served-engine={engine.name}", f"--served-draft={method.draft}",
-            f"--served-k={method.k}", f"--kit-families={families}",
+def _pytest_args(spec_url, run_dir, families, extra):
+    args = ["properties/", f"--impl=openai:{spec_url}", f"--kit-families={families}",
             f"--conformance-json={run_dir / 'conformance.json'}",
             f"--kit-report={run_dir / 'report'}", "-p", "no:cacheprovider",
             "-q", "-rfE", f"--rootdir={ROOT}", "-o", "addopts=--benchmark-disable"]
-    return args + list(engine.kit_args) + list(extra)
+    return args + list(extra)
 
 
 def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
@@ -196,21 +210,24 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
             say(f"[kit] starting {server.name} (health within {server.start_timeout:g} s)")
             server.start()
             say(f"[kit] {server.name} answers at {server.url} (log {server.log_path})")
-        launcher = Launcher({spec.url: spec, base.url: base}, say)
+        launcher = Launcher(engine, method, spec, base, say)
         deaths.REGISTRY.deaths.clear()
         import pytest
-        code = pytest.main(_pytest_args(engine, method, spec.url, base.url, run_dir, families,
-                                        pytest_args), plugins=[launcher])
+        code = pytest.main(_pytest_args(spec.url, run_dir, families, pytest_args),
+                           plugins=[launcher])
         record["pytest_exit"] = int(code)
-        summary = json.loads((run_dir / "conformance.json").read_text())
+        summary = launcher.summary
+        if summary is None:
+            raise LaunchError(f"the kit's pytest run ended without a summary (exit code "
+                              f"{int(code)}: a usage error?)")
         for server in (spec, base):   # the last test may have killed one
             if not server.alive():
                 launcher.restart(server, deaths.REGISTRY.last() or deaths.Death(
                     server.url, {}, "not answering", "unknown", str(server.log_path)))
-        speculation = speed.evidence(engine, spec)
+        speculation = speed.evidence(engine, spec, method)
         record["speculation"] = speculation
         if measure_speed:
-            record["speed"] = speed.measure(engine, spec, base, say=say)
+            record["speed"] = speed.measure(engine, spec, base, say=say, method=method)
         outcome = judge(summary, known, known_path is not None, speculation)
         record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                       summary=_families(summary), restarts=launcher.restarts,

@@ -1,8 +1,9 @@
 """Evidence that speculation ran, and what it buys: measured on the running servers.
 
 `evidence` sends a few greedy requests to the speculating server and reads the engine's own
-counters (its /metrics page, or the draft statistics in its responses): no drafted token
-means speculation was not shown to have run, whatever the flags said.
+counters through its dialect (`Dialect.count`: a page of server-wide counters, or the draft
+statistics in its responses): no drafted token means speculation was not shown to have run,
+whatever the flags said.
 
 `measure` times greedy requests one at a time, on the speculating and the baseline server in
 alternating turns; while one is measured the other's processes are paused (SIGSTOP), so the
@@ -17,38 +18,30 @@ import os
 import signal
 import time
 
-from properties.engines import metrics
 from properties.adapters.client import Client, Request, ServedError
 
 PROMPTS = ((3, 9, 27, 3, 9, 27), (30, 1, 17, 8, 12), (0, 1, 2, 0, 1, 2, 0, 1), (5, 6, 5, 6, 5))
 TOKENS = 32
 
 
-def _client(engine, server) -> Client:
-    return Client(server.url, dialect=engine.dialect, timeout=120, concurrency=1)
+def _client(dialect, server) -> Client:
+    return Client(server.url, dialect=dialect, timeout=120, concurrency=1)
 
 
-def evidence(engine, server) -> dict:
-    client = _client(engine, server)
+def evidence(engine, server, method=None) -> dict:
+    """The engine's own counts of drafted and accepted tokens over a few greedy requests to
+    the server of `method`."""
+    dialect = engine.dialect_for(method)
+    client = _client(dialect, server)
     requests = [Request(p, TOKENS) for p in PROMPTS]
     try:
-        if engine.dialect.counters == "metrics":
-            before = metrics.acceptance_counters(client)
-            client.complete_many(requests)
-            after = metrics.acceptance_counters(client)
-            return {"drafted": after.drafted - before.drafted,
-                    "accepted": after.accepted - before.accepted,
-                    "source": f"{metrics.PATH} counters over {len(requests)} greedy requests"}
-        if engine.dialect.counters == "timings":
-            answers = client.complete_many(requests)
-            done = [c for a in answers for c in a]
-            return {"drafted": sum(c.drafted or 0 for c in done),
-                    "accepted": sum(c.accepted or 0 for c in done),
-                    "source": f"draft statistics of {len(requests)} greedy responses"}
+        counted = dialect.count(client, requests)
     except ServedError as exc:
         return {"drafted": 0, "accepted": 0, "source": f"cannot read the counters: {exc}"}
-    return {"drafted": 0, "accepted": 0,
-            "source": f"{engine.title} reports no speculation counters"}
+    if counted is None:
+        return {"drafted": 0, "accepted": 0,
+                "source": f"{engine.title} reports no speculation counters"}
+    return {"drafted": counted.drafted, "accepted": counted.accepted, "source": counted.source}
 
 
 def _pause(server, on: bool) -> None:
@@ -66,9 +59,10 @@ def _time(client, requests) -> float:
     return time.perf_counter() - start
 
 
-def measure(engine, spec, base, turns: int = 3, say=print) -> dict:
+def measure(engine, spec, base, turns: int = 3, say=print, method=None) -> dict:
     requests = [Request(p, TOKENS) for p in PROMPTS]
-    clients = {"spec": _client(engine, spec), "base": _client(engine, base)}
+    clients = {"spec": _client(engine.dialect_for(method), spec),
+               "base": _client(engine.dialect_for(None), base)}
     servers = {"spec": spec, "base": base}
     seconds = {"spec": [], "base": []}
     try:

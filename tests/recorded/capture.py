@@ -61,17 +61,17 @@ def capture(name: str) -> dict:
         client.resolve()
         for key, req in REQUESTS.items():
             body = client.body(req)
-            answer = client._post(body)
+            answer = client.post(body)
             record["exchanges"][key] = {"request": {"prompt": req.prompt, "max_tokens": req.max_tokens,
                                                    **dataclasses.asdict(req.sampling)}, "body": body,
                                         "answer": answer}
-        if engine.dialect.counters == "metrics":
+        if not engine.dialect.per_response:   # server-wide counters: the page around one request
             pages = []
             for _ in range(2):
                 with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics") as page:
                     pages.append(page.read().decode())
                 if len(pages) == 1:
-                    client._post(client.body(REQUESTS["greedy"]))
+                    client.post(client.body(REQUESTS["greedy"]))
             record["metrics_before_after_greedy"] = [
                 "\n".join(line for line in p.splitlines() if "spec_decode" in line)
                 for p in pages]
