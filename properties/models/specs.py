@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import ClassVar
 from functools import lru_cache
 
 import torch
@@ -15,6 +16,8 @@ from properties.models.tables import LaggedLM, NegatedLM, NoisyLM, TableLM
 
 
 # --------------------------------------------------------------------------- specs
+# A spec's `kind` ("table" or "qwen3") is a class attribute, not a field: it is what the spec
+# is, so it stays out of the repr and the equality.
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -27,9 +30,7 @@ class TableSpec:
     sparsity: float = 0.0
     tie_gap: float = 0.0     # > 0: every context's top-two logits differ by exactly this
 
-    @property
-    def kind(self) -> str:
-        return "table"
+    kind: ClassVar[str] = "table"
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,7 @@ class Qwen3Spec:
     layers: int = 1
     hidden: int = 16
 
-    @property
-    def kind(self) -> str:
-        return "qwen3"
+    kind: ClassVar[str] = "qwen3"
 
 
 @dataclass(frozen=True)
@@ -56,9 +55,7 @@ class TrainedSpec:
 
     vocab: int = 2048
 
-    @property
-    def kind(self) -> str:
-        return "qwen3"
+    kind: ClassVar[str] = "qwen3"
 
 
 @dataclass(frozen=True)
