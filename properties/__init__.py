@@ -27,7 +27,8 @@ The parts:
     core         families.py, cases.py, strategies.py (importable by anyone), oracle.py,
                  statistics.py (chi-square plans with stated alpha and power), harness.py,
                  guards.py, invariants.py, acceptance.py (the exact counters a server must
-                 report), evidence.py, profiles.py (Hypothesis profiles), progress.py,
+                 report), acceptance_by_position.py (Σ min(p, q) of the rounds a run made),
+                 evidence.py, profiles.py (Hypothesis profiles), progress.py,
                  replay.py, impl.py (finding the implementation under test)
     models/      the kit's float64 models: trace (instrumentation), tables, specs, the
                  wrappers engines are handed, and the fixed served models with their tokenizer

@@ -167,12 +167,12 @@ def _common(result) -> dict:
 def acceptance(case, analysis, tokens) -> None:
     """The rounds a chain engine ran on the kit's models (properties.invariants.analyse): the
     exact acceptance probability Σ min(p, q) of each draft position it reached, beside what it
-    accepted (properties.report.acceptance)."""
+    accepted (properties.acceptance_by_position)."""
     global _acceptance_runs
     if not enabled or _acceptance_runs >= MAX_ACCEPTANCE:
         return
     _acceptance_runs += 1
-    from properties.report import acceptance as exact   # imports the kit's models: only here
+    from properties import acceptance_by_position as exact   # imports the kit's models: only here
     record = exact.by_position(case, analysis, tokens)
     if record is not None:
         _add(record)

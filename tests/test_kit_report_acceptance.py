@@ -1,4 +1,4 @@
-"""Acceptance by draft position (properties.report.acceptance), on runs of the reference.
+"""Acceptance by draft position (properties.acceptance_by_position), on runs of the reference.
 
 At temperature 0 a proposal is accepted exactly when the draft's argmax is the target's, so
 for a correct engine the measured acceptance at every position equals the exact Σ min(p, q)
@@ -17,7 +17,7 @@ from properties.harness import run_engine
 from properties.impl import load
 from properties.invariants import analyse
 from properties.models import DraftSpec, TableSpec
-from properties.report.acceptance import by_position
+from properties.acceptance_by_position import by_position
 from reference.sampling import SamplingParams
 
 
