@@ -15,17 +15,14 @@ Invariants:
 
 import torch
 
+from reference.cache import allocate
+
 
 class StaticCache:
     def __init__(self, num_layers: int, max_batch: int, kv_heads: int, head_dim: int,
                  capacity: int, dtype: torch.dtype, device):
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        shape = (max_batch, kv_heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.keys, self.values = allocate(num_layers, max_batch, kv_heads, head_dim, capacity,
+                                          dtype, device, batch_name="max_batch")
         self.max_batch, self.capacity = max_batch, capacity
         self.lengths = torch.zeros(max_batch, dtype=torch.long, device=device)  # [max_batch]
 

@@ -8,16 +8,25 @@ length are dead and are overwritten by the next write.
 import torch
 
 
+def allocate(num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
+             dtype: torch.dtype, device, batch_name: str = "batch"):
+    """Zeroed keys and values, one [batch, kv_heads, capacity, head_dim] tensor per layer each
+    (also the storage of fast.cache.StaticCache, whose batch is its max_batch)."""
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity}")
+    if batch < 1:
+        raise ValueError(f"{batch_name} must be >= 1, got {batch}")
+    shape = (batch, kv_heads, capacity, head_dim)
+    keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+    values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+    return keys, values
+
+
 class KVCache:
     def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
                  dtype: torch.dtype = torch.float32, device=None):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        if batch < 1:
-            raise ValueError(f"batch must be >= 1, got {batch}")
-        shape = (batch, kv_heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.keys, self.values = allocate(num_layers, batch, kv_heads, head_dim, capacity, dtype,
+                                          device)
         self.capacity = capacity
         self.length = 0  # committed entries; the model advances it after a forward
 

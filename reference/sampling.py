@@ -97,6 +97,32 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return probs
 
 
+class Sampler:
+    """The round's token choices: greedy (temperature 0) or draws from filtered distributions."""
+
+    def __init__(self, temperature, top_k, top_p, generator):
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.generator = generator
+
+    @property
+    def greedy(self):
+        return self.temperature == 0
+
+    def probs(self, logits):
+        return probs_from_logits(logits.double(), self.temperature, self.top_k, self.top_p)
+
+    def draw(self, probs):
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def choose(self, logits):
+        """The next token: the argmax, or one draw from the filtered distribution."""
+        return int(greedy_token(logits)) if self.greedy else self.draw(self.probs(logits))
+
+    def uniform(self, device):
+        # u is uniform on [0, 1), so P(u < ratio) = min(1, ratio) exactly.
+        return torch.rand((), generator=self.generator, dtype=torch.float64, device=device)
+
+
 def greedy_token(logits: torch.Tensor) -> torch.Tensor:
     """Exact argmax over the last dimension; the lowest index wins a tie."""
     check_logits(logits)

@@ -35,7 +35,6 @@ from reference.model import Config, Qwen3
 
 @dataclass(frozen=True)
 class Recipe:
-    vocab_size: int = 2048
     seq_len: int = 128
     batch: int = 32
     seed: int = 0
@@ -53,6 +52,17 @@ class Recipe:
     lr: float = 3e-3
     warmup: int = 50
     eval_windows: int = 128       # held-out loss over this many windows of seq_len tokens
+
+    def __post_init__(self):
+        if self.small.vocab_size != self.target.vocab_size:
+            raise ValueError(f"the small draft must share the target's vocabulary: small "
+                             f"vocab_size={self.small.vocab_size}, target vocab_size="
+                             f"{self.target.vocab_size}")
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's size: the target's vocabulary, stated once (in its config)."""
+        return self.target.vocab_size
 
     def quick(self, steps: int) -> "Recipe":
         """The same recipe with few steps (tests; a smoke run of make models)."""

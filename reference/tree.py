@@ -37,7 +37,8 @@ it falls back to r. Temperature, top-k and top-p filter p and q exactly as in th
 
 import torch
 
-from reference.sampling import check_logits, greedy_token, probs_from_logits
+from reference.committed import Committed
+from reference.sampling import Sampler, check_logits, greedy_token
 
 CHAPTER_TREE = (2, 2, 2)
 
@@ -86,28 +87,6 @@ class Tree:
 
     def positions(self, nodes, base, device):
         return torch.tensor([[base + self.depth[i] for i in nodes]], device=device)
-
-
-class Sampler:
-    """The round's token choices: greedy (temperature 0) or draws from filtered distributions."""
-
-    def __init__(self, temperature, top_k, top_p, generator):
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.generator = generator
-
-    @property
-    def greedy(self):
-        return self.temperature == 0
-
-    def probs(self, logits):
-        return probs_from_logits(logits.double(), self.temperature, self.top_k, self.top_p)
-
-    def draw(self, probs):
-        return int(torch.multinomial(probs, 1, generator=self.generator))
-
-    def uniform(self, device):
-        # u is uniform on [0, 1), so P(u < ratio) = min(1, ratio) exactly.
-        return torch.rand((), generator=self.generator, dtype=torch.float64, device=device)
 
 
 def residual(r, q):
@@ -184,12 +163,10 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
     if ids.numel() > 1:
         target(ids[None, :-1], t_cache)
         draft(ids[None, :-1], d_cache)
-    last = int(ids[-1])
-    output, rounds, accepted_total = [], 0, 0
-    while len(output) < max_new_tokens:
-        rounds += 1
+    seq = Committed(ids.tolist(), max_new_tokens, stop)
+    while not seq.done:
         base = t_cache.length
-        tokens, q_at = draft_tree(draft, d_cache, tree, last, base, sampler, device)
+        tokens, q_at = draft_tree(draft, d_cache, tree, seq.context[-1], base, sampler, device)
         # Target: every node in one forward.
         every = list(range(tree.size))
         target_logits = target(torch.tensor([tokens], device=device), t_cache,
@@ -200,7 +177,6 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
         else:
             path, after = sampled_path(tree, tokens, q_at, target_logits, sampler)
         new_tokens = [tokens[i] for i in path] + [after]
-        accepted_total += len(path)
         # Keep `last` and the accepted path, contiguous after the prefix. The draft never fed
         # the leaves, so a path that reaches full depth leaves one token for the draft to feed.
         t_cache.move([base + i for i in path], base + 1)
@@ -210,16 +186,6 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
         d_cache.truncate(base + 1 + len(fed))
         if len(fed) < len(path):
             draft(torch.tensor([[tokens[path[-1]]]], device=device), d_cache)
-        for token in new_tokens:
-            output.append(token)
-            if token in stop or len(output) == max_new_tokens:
-                return output, _tree_stats(output, rounds, accepted_total, depth)
-        last = new_tokens[-1]
-    return output, _tree_stats(output, rounds, accepted_total, depth)
-
-
-def _tree_stats(output, rounds, accepted_total, depth):
-    # A round can accept at most `depth` proposals (one per level), so that is what it proposed.
-    return {"rounds": rounds,
-            "acceptance_rate": accepted_total / (rounds * depth) if rounds else 0.0,
-            "tokens_per_target_call": len(output) / rounds if rounds else 0.0}
+        # A round can accept at most `depth` proposals (one per level): that is what it proposed.
+        seq.add(new_tokens, len(path), depth)
+    return seq.output, seq.stats()

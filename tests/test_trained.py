@@ -25,7 +25,7 @@ def pair():
 
 def test_the_pair_loads_with_its_tokenizer_and_prompts(pair):
     manifest = pair.manifest
-    assert pair.target.config.vocab_size == pair.small.config.vocab_size == manifest["recipe"]["vocab_size"]
+    assert pair.target.config.vocab_size == pair.small.config.vocab_size == manifest["recipe"]["target"]["vocab_size"]
     assert len(pair.target.layers) == manifest["recipe"]["target"]["num_hidden_layers"]
     assert 1 <= pair.exit_layers < len(pair.target.layers)
     prompts = pair.prompts()
@@ -57,7 +57,7 @@ def test_a_short_training_run_decreases_the_loss():
     config = Config(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                     tie_word_embeddings=True)
-    recipe = Recipe(vocab_size=256, seq_len=32, batch=8, warmup=5, lr=3e-3)
+    recipe = Recipe(seq_len=32, batch=8, warmup=5, lr=3e-3, target=config, small=config)
     model = init_model(config, seed=0)
     losses = train(model, tokens, recipe, 40, {2: 1.0, 1: 0.5})
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -70,7 +70,13 @@ def test_train_rejects_zero_steps():
                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                               head_dim=8), seed=0)
     with pytest.raises(ValueError, match="steps must be >= 1, got 0"):
-        train(model, torch.arange(100) % 16, Recipe(vocab_size=16), 0, {1: 1.0})
+        train(model, torch.arange(100) % 16, Recipe(), 0, {1: 1.0})
+
+
+def test_the_recipe_states_the_vocabulary_once():
+    assert Recipe().vocab_size == Recipe().target.vocab_size == Recipe().small.vocab_size
+    with pytest.raises(ValueError, match="small vocab_size=16, target vocab_size=2048"):
+        Recipe(small=Config(vocab_size=16))
 
 
 def test_the_held_out_losses_order_the_models(pair):
