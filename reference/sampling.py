@@ -97,32 +97,6 @@ def probs_from_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return probs
 
 
-class Sampler:
-    """The round's token choices: greedy (temperature 0) or draws from filtered distributions."""
-
-    def __init__(self, temperature, top_k, top_p, generator):
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.generator = generator
-
-    @property
-    def greedy(self):
-        return self.temperature == 0
-
-    def probs(self, logits):
-        return probs_from_logits(logits.double(), self.temperature, self.top_k, self.top_p)
-
-    def draw(self, probs):
-        return int(torch.multinomial(probs, 1, generator=self.generator))
-
-    def choose(self, logits):
-        """The next token: the argmax, or one draw from the filtered distribution."""
-        return int(greedy_token(logits)) if self.greedy else self.draw(self.probs(logits))
-
-    def uniform(self, device):
-        # u is uniform on [0, 1), so P(u < ratio) = min(1, ratio) exactly.
-        return torch.rand((), generator=self.generator, dtype=torch.float64, device=device)
-
-
 def greedy_token(logits: torch.Tensor) -> torch.Tensor:
     """Exact argmax over the last dimension; the lowest index wins a tie."""
     check_logits(logits)
@@ -172,3 +146,29 @@ class SamplingParams:
         changed = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                    if getattr(self, f.name) != f.default]
         return f"SamplingParams({', '.join(changed)})"
+
+
+class Sampler:
+    """One run's token choices: its SamplingParams and its generator. Greedy is the exact
+    argmax; otherwise every draw is from the filtered distribution the params define."""
+
+    def __init__(self, params: SamplingParams, generator=None):
+        self.params, self.generator = params, generator
+
+    @property
+    def greedy(self):
+        return self.params.greedy
+
+    def probs(self, logits):
+        return self.params.probs(logits.double())
+
+    def draw(self, probs):
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def choose(self, logits):
+        """The next token: the argmax, or one draw from the filtered distribution."""
+        return int(greedy_token(logits)) if self.greedy else self.draw(self.probs(logits))
+
+    def uniform(self, device):
+        # u is uniform on [0, 1), so P(u < ratio) = min(1, ratio) exactly.
+        return torch.rand((), generator=self.generator, dtype=torch.float64, device=device)

@@ -22,7 +22,8 @@ from reference.committed import Committed
 from reference.inputs import (check_generate_args, check_k, check_same_vocabulary, device_of,
                               vocab_size)
 from reference.proposers import DraftProposer, PromptLookup, PromptLookupProposer
-from reference.sampling import Sampler, check_distribution, check_sampling_args, greedy_token
+from reference.sampling import (Sampler, SamplingParams, check_distribution, check_sampling_args,
+                                greedy_token)
 from reference.tree import CHAPTER_TREE
 from reference.tree import tree_generate as _tree_generate
 
@@ -51,7 +52,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
                                  temperature, top_k, top_p, generator)
     device = device_of(target)
     ids = ids.to(device)
-    sampler = Sampler(temperature, top_k, top_p, generator)
+    sampler = Sampler(SamplingParams(temperature, top_k, top_p), generator)
     # Room for the prompt, every output token and one round's overshoot of k + 1 entries.
     capacity = ids.numel() + max_new_tokens + useful_k(k, max_new_tokens) + 1
     t_cache = target.new_cache(1, capacity)
@@ -183,7 +184,7 @@ def sample_generate(target, prompt_ids, max_new_tokens, temperature=1.0, stop_id
     """Plain ancestral sampling from the target (temperature 0 is greedy)."""
     ids, stop = check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
-    choose = Sampler(temperature, top_k, top_p, generator).choose
+    choose = Sampler(SamplingParams(temperature, top_k, top_p), generator).choose
     return _generate(target, ids.to(device_of(target)), max_new_tokens, stop, choose)
 
 

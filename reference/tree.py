@@ -38,7 +38,7 @@ it falls back to r. Temperature, top-k and top-p filter p and q exactly as in th
 import torch
 
 from reference.committed import Committed
-from reference.sampling import Sampler, check_logits, greedy_token
+from reference.sampling import Sampler, SamplingParams, check_logits, greedy_token
 
 CHAPTER_TREE = (2, 2, 2)
 
@@ -155,7 +155,7 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
     """Speculative decoding with a token tree; ids [P] on the target's device (checked by the
     caller, reference.speculative.tree_generate). Greedy at temperature 0, else exact sampling."""
     tree = Tree(branching)
-    sampler = Sampler(temperature, top_k, top_p, generator)
+    sampler = Sampler(SamplingParams(temperature, top_k, top_p), generator)
     depth = len(tree.branching)
     device = ids.device
     capacity = ids.numel() + max_new_tokens + tree.size

@@ -18,6 +18,7 @@ from scipy import stats
 from reference.__main__ import main
 from reference.model import EarlyExit, random_model
 from reference.speculative import PromptLookup, tree_generate
+from reference.sampling import SamplingParams
 from reference.tree import Sampler, Tree, residual, sampled_path
 
 
@@ -98,7 +99,7 @@ def test_sampled_path_commits_p_at_one_node():
     target_logits = torch.log(torch.tensor([[0.35, 0.015, 0.207, 0.428]] * 4, dtype=torch.float64))
     q = torch.tensor([0.222, 0.753, 0.003, 0.022], dtype=torch.float64)
     q = q / q.sum()
-    sampler = Sampler(1.0, 0, 1.0, torch.Generator().manual_seed(1))
+    sampler = Sampler(SamplingParams(temperature=1.0), torch.Generator().manual_seed(1))
     p = sampler.probs(target_logits[0])
     counts = torch.zeros(4)
     for _ in range(n):
