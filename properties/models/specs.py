@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import ClassVar
 from functools import lru_cache
 
 import torch
@@ -16,8 +15,6 @@ from properties.models.tables import LaggedLM, NegatedLM, NoisyLM, TableLM
 
 
 # --------------------------------------------------------------------------- specs
-# A spec's `kind` ("table" or "qwen3") is a class attribute, not a field: it is what the spec
-# is, so it stays out of the repr and the equality.
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -30,7 +27,9 @@ class TableSpec:
     sparsity: float = 0.0
     tie_gap: float = 0.0     # > 0: every context's top-two logits differ by exactly this
 
-    kind: ClassVar[str] = "table"
+    @property
+    def kind(self) -> str:
+        return "table"
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,9 @@ class Qwen3Spec:
     layers: int = 1
     hidden: int = 16
 
-    kind: ClassVar[str] = "qwen3"
+    @property
+    def kind(self) -> str:
+        return "qwen3"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ class TrainedSpec:
 
     vocab: int = 2048
 
-    kind: ClassVar[str] = "qwen3"
+    @property
+    def kind(self) -> str:
+        return "qwen3"
 
 
 @dataclass(frozen=True)
