@@ -359,6 +359,8 @@ class _Recorder:
         reason = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            # a skip raised at an explicit example carries Hypothesis's note of that example
+            reason = reason.split("\nFailing explicit example", 1)[0].rstrip()
         if outcome == "failed" and report.nodeid not in config._kit_causes:
             config._kit_causes[report.nodeid] = _first_cause_line(report)
         previous = config._kit_outcomes.get(report.nodeid)
