@@ -66,20 +66,24 @@ def describe(directory, names=None) -> str:
     return "\n".join(lines)
 
 
-# the trained pair's drafts, served with the kit's engines' command lines
+# the trained pair's drafts, served with the kit's engines' command lines, each as the draft
+# model of the engines' draft-model method
+DRAFT_METHOD = "draft-early-exit"
 TRAINED_DRAFTS = {"draft-small": "the small trained draft", "draft-early-exit": "early exit"}
 
 
 def describe_trained(directory) -> str:
     """Serving commands for the trained export (speed and acceptance only: the kit's law checks
     need the kit's own export), from the engines' own command lines: each trained draft as the
-    draft model of the draft-model method."""
+    draft model of the draft-model method, for every engine that runs here and has one."""
     root = Path(directory)
     lines = ["# the trained pair: time speculation on models where it pays (served law checks "
              "use `export DIR` without --models)"]
-    for name in ("vllm", "llamacpp"):
+    for name in engines.ENGINES:
         engine = engines.get(name)
-        method = engine.method("draft-early-exit")
+        if not (engine.recipe and engine.runnable and DRAFT_METHOD in engine.methods):
+            continue
+        method = engine.method(DRAFT_METHOD)
         lines.append(f"# {engine.title}")
         for what, step in (engine.prepare_commands(None, root, tuple(TRAINED_DRAFTS))
                            if engine.prepare_commands else ()):

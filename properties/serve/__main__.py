@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from properties import engines
 from properties.export import kit as export
 from properties.export import recipes
 from properties.models import served as models
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     show.add_argument("directory", metavar="DIR")
     go = commands.add_parser("run", help="start ENGINE with METHOD and its baseline, judge "
                                          "them, stop them")
-    go.add_argument("engine", help="vllm, llamacpp, transformers, fake (sglang: recipe only)")
+    go.add_argument("engine", help=f"one of {', '.join(engines.ENGINES)} (properties/engines/)")
     go.add_argument("method", help="e.g. draft-early-exit, draft-random, perfect-draft, ngram")
     go.add_argument("--known-failures", metavar="FILE", default=None,
                     help="known failures (properties/known/ENGINE.txt): a run whose only "
