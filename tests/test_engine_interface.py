@@ -11,6 +11,7 @@ counters; the client, the checks, the evidence of speculation and the launcher a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -121,3 +122,17 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     serve(parser.parse_args().port)
+
+
+def test_a_generation_config_goes_only_to_a_dialect_that_sends_one():
+    """--served-generation-config is merged into transformers serve's requests; an engine whose
+    requests carry none refuses it, naming it, instead of dropping it silently."""
+    from properties.adapters.client import Request
+    from reference.sampling import SamplingParams
+    lookup = {"prompt_lookup_num_tokens": 4}
+    body = engines.get("transformers").dialect.with_generation_config(lookup).body(
+        Request((1, 2), 3, SamplingParams()), "m")
+    assert json.loads(body["generation_config"])["prompt_lookup_num_tokens"] == 4
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
+        engines.get("vllm").dialect.with_generation_config(lookup)
+    assert engines.get("vllm").dialect.with_generation_config({}) is engines.get("vllm").dialect

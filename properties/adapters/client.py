@@ -43,8 +43,6 @@ class Traffic:
 
     requests: int = 0           # HTTP completion requests answered
     completions: int = 0
-    drafted: int = 0            # the engine's per-response draft statistics, summed
-    accepted: int = 0
     busy_seconds: float = 0.0   # wall time during which at least one batch was in flight
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -152,9 +150,6 @@ class Client:
             raise BadResponse(f"{method} {self.url.rstrip('/')}{path}: the answer is not JSON: "
                               f"{data[:200]!r}") from None
 
-    def get_text(self, path: str) -> str:
-        return self.call("GET", path).decode("utf-8", "replace")
-
     def get_root_text(self, path: str) -> str:
         """GET a path at the server's root (not under the base path), e.g. /metrics."""
         status, data = self._exchange("GET", path, None)
@@ -210,8 +205,6 @@ class Client:
         out = self.dialect.complete(self, req)
         with self.traffic.lock:
             self.traffic.requests += 1
-            self.traffic.drafted += sum(c.drafted or 0 for c in out)
-            self.traffic.accepted += sum(c.accepted or 0 for c in out)
         return out
 
     # ----------------------------------------------------------------- public

@@ -80,6 +80,14 @@ class Dialect:
         """The Completions of one request (one HTTP exchange here)."""
         return self.read(client.post(self.body(req, client.model)), req, client.where())
 
+    def with_generation_config(self, config: dict) -> "Dialect":
+        """This dialect with --served-generation-config merged into its requests; a dialect
+        whose requests carry no generation config refuses a non-empty one (ValueError)."""
+        if config:
+            raise ValueError(f"the {self.name} dialect sends no generation_config, so "
+                             f"{config!r} cannot be applied")
+        return self
+
     def kit_options(self) -> tuple:
         """The kit's command-line options that ask for this dialect by hand (besides
         --served-engine), e.g. a per-request generation config."""

@@ -194,5 +194,5 @@ def unknown_dialect(generation_config: dict | None = None,
     shape of transformers serve (text prompts; `generation_config` merged into each)."""
     from properties.engines.transformers import DIALECT
     known = {"openai": Dialect(),
-             "transformers": replace(DIALECT, generation_config=dict(generation_config or {}))}
+             "transformers": DIALECT.with_generation_config(generation_config or {})}
     return Unknown(shapes=tuple(known[s] for s in shapes))

@@ -39,6 +39,9 @@ class Transformers(Dialect):
             body["seed"] = req.sampling.seed
         return body
 
+    def with_generation_config(self, config: dict) -> "Transformers":
+        return replace(self, generation_config=dict(config))
+
     def kit_options(self) -> tuple:
         if not self.generation_config:
             return ()
@@ -104,7 +107,7 @@ def command(env, export_dir, method, port):
 def dialects(method):
     """Prompt lookup is turned on per request (generation_config): the baseline is the same
     server asked without it."""
-    return replace(DIALECT, generation_config=dict(LOOKUP)) if method is not None else DIALECT
+    return DIALECT.with_generation_config(LOOKUP) if method is not None else DIALECT
 
 
 ENGINE = Engine(

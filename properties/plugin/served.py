@@ -122,16 +122,15 @@ def _engine(name):
 def _dialects(engine, api: str, extra: dict):
     """(the dialect of --impl, that of --baseline): the named engine's, else a probing one
     (properties.engines.Unknown); --served-generation-config goes to --impl's only."""
-    from dataclasses import fields, replace
-
     from properties import engines
     if engine is None:
         shapes = ("openai", "transformers") if api == "auto" else (api,)
         return (engines.unknown_dialect(extra, shapes), engines.unknown_dialect(None, shapes))
-    dialect = engine.dialect
-    if extra and "generation_config" in {f.name for f in fields(dialect)}:
-        return replace(dialect, generation_config=dict(extra)), dialect
-    return dialect, dialect
+    try:
+        return engine.dialect.with_generation_config(extra), engine.dialect
+    except ValueError as exc:
+        raise pytest.UsageError(f"--served-generation-config with --served-engine="
+                                f"{engine.name}: {exc}") from None
 
 
 def configure(impl, opts: dict) -> None:
@@ -169,8 +168,6 @@ def pytest_configure(config):
     if impl is not None:
         configure(impl, opts)
         config._served_configured = True
-    elif opts["baseline"] and not hasattr(config, "workerinput"):
-        pass  # --baseline without a served --impl: harmless, the served tests do not run
 
 
 @pytest.fixture(scope="session")
