@@ -69,6 +69,16 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "a served engine's max_tokens, stop ids (inside accepted blocks) and support"),
     Family("served_perfect_draft", "served",
            "a served engine with the target as its draft accepts every proposal"),
+    Family("served_batch", "served",
+           "a request answered inside a concurrent batch is answered as alone: greedy equal, "
+           "sampled rows independent, seeds kept",
+           "TV >= 0.2 in the joint law of a pair of concurrent outputs"),
+    Family("served_params", "served",
+           "penalties, min_p, logit_bias, stop strings, n and logprobs under speculation as "
+           "without it"),
+    Family("served_acceptance", "served",
+           "under sampling the engine's accepted/drafted counts match the exact "
+           "expectation sum min(p, q)"),
 )}
 
 LEVEL_ORDER = ("rule", "engine", "batched", "tree", "served")

@@ -12,9 +12,10 @@ import json
 import os
 from pathlib import Path
 
+from properties.families import FAMILIES as _ALL
 from properties.report.page import esc
 
-FAMILIES = ("served_greedy", "served_sequence", "served_bounds", "served_perfect_draft")
+FAMILIES = tuple(name for name, f in _ALL.items() if f.level == "served")
 COLOURS = {"passed": "#cdeccf", "failed": "#f6c3bf", "known": "#fde2b3", "n/a": "#e6e6e6",
            "none": "#ffffff"}
 STYLE = """

@@ -30,7 +30,8 @@ from properties.serve import deaths, speed
 from properties.engines import EngineMissing
 from properties.serve.server import LaunchError, Server
 
-SERVED_FAMILIES = "served_greedy,served_sequence,served_bounds,served_perfect_draft"
+SERVED_FAMILIES = ("served_greedy,served_sequence,served_bounds,served_perfect_draft,served_batch,"
+                   "served_params,served_acceptance")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -313,7 +314,7 @@ def results_append(path, record: dict) -> None:
 
 
 def markdown(runs) -> str:
-    families = ["served_greedy", "served_sequence", "served_bounds", "served_perfect_draft"]
+    families = SERVED_FAMILIES.split(",")
     lines = ["| engine | version | method | date | " + " | ".join(families) +
              " | drafted / accepted | speed-up | verdict |",
              "|" + " --- |" * (len(families) + 7)]
