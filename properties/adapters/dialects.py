@@ -162,8 +162,11 @@ class Dialect:
             return None
         answers = client.complete_many(requests)
         after = self.counters(client)
+        rounds = (None if after.rounds is None or before.rounds is None
+                  else after.rounds - before.rounds)
         return Counted(after.drafted - before.drafted, after.accepted - before.accepted,
-                       answers, f"{after.source} counters over {len(requests)} {kind}requests")
+                       answers, f"{after.source} counters over {len(requests)} {kind}requests",
+                       rounds)
 
     def counters_missing(self, client) -> str | None:
         """Why the engine's speculation counters cannot be read (a check that needs them
@@ -195,15 +198,18 @@ def prometheus_sum(text: str, names) -> float | None:
     return total if seen else None
 
 
-def prometheus_counters(text: str, drafted, accepted, path: str = "/metrics") -> Counters | None:
-    """Counters from a Prometheus page's text; None when it lacks either."""
+def prometheus_counters(text: str, drafted, accepted, path: str = "/metrics",
+                        rounds=()) -> Counters | None:
+    """Counters from a Prometheus page's text; None when it lacks either (`rounds`: the
+    counter of drafting rounds, where the engine has one)."""
     d, a = prometheus_sum(text, drafted), prometheus_sum(text, accepted)
-    return None if d is None or a is None else Counters(d, a, path)
+    r = prometheus_sum(text, rounds) if rounds else None
+    return None if d is None or a is None else Counters(d, a, path, r)
 
 
-def read_prometheus(client, drafted, accepted, path: str = "/metrics") -> Counters:
+def read_prometheus(client, drafted, accepted, path: str = "/metrics", rounds=()) -> Counters:
     """The named counters of the server's Prometheus page now; BadResponse when it has none."""
-    found = prometheus_counters(client.get_root_text(path), drafted, accepted, path)
+    found = prometheus_counters(client.get_root_text(path), drafted, accepted, path, rounds)
     if found is None:
         raise BadResponse(f"{client.url}: {path} has no speculative-decoding counters "
                           f"({drafted[0]}, {accepted[0]})")

@@ -62,6 +62,7 @@ class Counters:
     drafted: float
     accepted: float
     source: str = ""            # where they were read, e.g. "/metrics"
+    rounds: float | None = None  # drafting rounds (vLLM: spec_decode_num_drafts), if counted
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,4 @@ class Counted:
     accepted: float
     answers: list               # per request, its completions
     source: str                 # in words: where the counts come from
+    rounds: float | None = None  # drafting rounds among them, where the engine counts them

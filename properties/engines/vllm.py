@@ -38,6 +38,8 @@ class Environment:
 # decoding metrics); each may appear once per label set (engine, model), and the kit adds them
 DRAFTED = ("vllm:spec_decode_num_draft_tokens_total",)
 ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total",)
+# rounds with a draft: with requests of max_tokens 2, requests whose second token was speculated
+ROUNDS = ("vllm:spec_decode_num_drafts_total",)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class VLLM(Dialect):
     name: str = "vllm"
 
     def counters(self, client):
-        return read_prometheus(client, DRAFTED, ACCEPTED)
+        return read_prometheus(client, DRAFTED, ACCEPTED, rounds=ROUNDS)
 
 
 DIALECT = VLLM(

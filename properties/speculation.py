@@ -1,0 +1,142 @@
+"""Was anything speculated where a served check judges? A pass that saw no speculation is no
+evidence about speculation, so every served check sends the requests it judges through
+`send`, which also learns how much the engine drafted for them:
+
+* per-response draft statistics, where the engine's answers carry them (llama.cpp);
+* else the difference of the engine's server-wide counters around the requests (vLLM's
+  /metrics; nothing else reaches the speculating server while a check runs);
+* else, for a drafter that only looks up the context (n-gram, prompt lookup), the kit's replay
+  of whether a lookup matches at each judged position (`lookup_proposes`).
+
+Every drafted token of a request of max_tokens L lies at positions 1 .. L - 1 or beyond them
+(position 0 comes from the prefill), and an engine drafts past L only in a round that starts
+inside it, so a request with a draft is one whose judged positions were speculated.
+
+`record` keeps, per test, how many of its examples were shown; the kit's plugin turns a test
+whose examples were never shown into "not shown: nothing was drafted at the judged positions",
+which is never a pass.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from properties.adapters.protocol import ServedError
+
+# A check is shown when at least this share of its requests were speculated (where the engine
+# tells per request or per round) or, from token totals alone, when it drafted at least this
+# many tokens per request on average.
+SHOWN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the engine drafted for one check's requests."""
+
+    requests: int
+    drafted: float | None           # tokens drafted (None: the engine does not say)
+    accepted: float | None
+    speculated: int | None = None   # requests (or rounds) with a draft, where known
+    how: str = ""                   # in words: where the figures come from
+
+    @property
+    def known(self) -> bool:
+        return self.drafted is not None or self.speculated is not None
+
+    @property
+    def shown(self) -> bool:
+        if self.speculated is not None:
+            return self.speculated >= SHOWN_SHARE * self.requests and self.speculated > 0
+        return self.drafted is not None and self.drafted >= SHOWN_SHARE * self.requests > 0
+
+    def describe(self) -> str:
+        if not self.known:
+            return "speculation not observable (the engine reports no draft statistics)"
+        parts = []
+        if self.speculated is not None:
+            parts.append(f"{self.speculated} of {self.requests} requests speculated")
+        if self.drafted is not None:
+            parts.append(f"{self.drafted:g} drafted, {self.accepted or 0:g} accepted")
+        return "; ".join(parts) + (f" ({self.how})" if self.how else "")
+
+
+# ----------------------------------------------------------------------- per test
+
+_lock = threading.Lock()
+_tests: dict = {}        # test id -> [examples, shown examples, unobservable examples]
+_current = threading.local()
+
+
+def begin(test_id: str | None) -> None:
+    """The plugin names the test that runs now (examples are attributed to it)."""
+    _current.test = test_id
+
+
+def record(seen: Seen) -> None:
+    test = getattr(_current, "test", None)
+    if test is None:
+        return
+    with _lock:
+        tally = _tests.setdefault(test, [0, 0, 0])
+        tally[0] += 1
+        tally[1] += seen.shown
+        tally[2] += not seen.known
+
+
+def tally(test_id: str) -> tuple[int, int, int] | None:
+    """(examples, shown, unobservable) of a test, or None when it sent nothing judged."""
+    with _lock:
+        t = _tests.get(test_id)
+    return None if t is None else tuple(t)
+
+
+def send(impl, requests, client=None):
+    """(answers, Seen): the requests' completions from the speculating server and what it
+    drafted for them. `client` defaults to impl.client."""
+    client = client or impl.client
+    dialect = client.dialect
+    counted = None
+    if dialect.per_response or dialect.counters_missing(client) is None:
+        counted = dialect.count(client, requests)
+    if counted is not None:
+        answers = counted.answers
+        done = [c for a in answers for c in a]
+        speculated = (sum(1 for c in done if (c.drafted or 0) > 0)
+                      if dialect.per_response else counted.rounds)
+        seen = Seen(len(done), counted.drafted, counted.accepted, speculated, counted.source)
+    else:
+        answers = client.complete_many(requests)
+        seen = replayed(impl, requests, answers)
+    record(seen)
+    return answers, seen
+
+
+def replayed(impl, requests, answers) -> Seen:
+    """For a lookup drafter the kit replays whether a lookup matches at the judged positions;
+    for a draft model that always proposes, every request of 2 or more tokens is speculated.
+    Anything else is not observable."""
+    done = [(r, c) for r, a in zip(requests, answers) for c in a]
+    if impl.draft in ("perfect", "draft-early-exit", "draft-random"):
+        return Seen(len(done), None, None,
+                    sum(1 for r, c in done if len(c.tokens) >= 2),
+                    "a draft model proposes in every round")
+    if impl.draft == "ngram":
+        hit = sum(1 for r, c in done if any(lookup_proposes(tuple(r.prompt) + tuple(c.tokens[:i]))
+                                            for i in range(1, len(c.tokens))))
+        return Seen(len(done), None, None, hit, "the kit's replay of prompt lookup")
+    return Seen(len(done), None, None, None, "")
+
+
+def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
+    """Whether prompt lookup proposes after `context`: some suffix of `min_n` .. `max_n`
+    tokens occurs earlier in it with a token after the occurrence (the proposal)."""
+    ctx = tuple(context)
+    for n in range(min(max_n, len(ctx) - 1), min_n - 1, -1):
+        tail = ctx[-n:]
+        if any(ctx[i:i + n] == tail for i in range(len(ctx) - n)):
+            return True
+    return False
+
+
+__all__ = ["Seen", "ServedError", "begin", "record", "send", "tally", "lookup_proposes"]
