@@ -121,3 +121,59 @@ class Page:
 
     def get_root_text(self, path):
         return self.text
+
+
+class Replay:
+    """A client whose posts are answered from a recording, in order (a dialect that continues
+    a completion asks again; the recording holds each exchange it made)."""
+
+    def __init__(self, exchanges, model="kit-target"):
+        self.exchanges, self.model, self.sent = list(exchanges), model, []
+
+    def post(self, body):
+        expected, answer = self.exchanges.pop(0)
+        assert body == expected, "the dialect no longer words the continuation as recorded"
+        self.sent.append(body)
+        return answer
+
+    def where(self):
+        return "POST http://127.0.0.1:9/completion"
+
+
+def _end_of_sequence_exchanges():
+    record = json.loads((RECORDED / "llamacpp.json").read_text())
+    exchange = record["exchanges"]["greedy_end_of_sequence"]
+    later = exchange.get("continued", [])
+    return exchange, [(exchange["body"], exchange["answer"])] + [(c["body"], c["answer"])
+                                                                 for c in later]
+
+
+def test_llamacpp_continues_after_its_end_of_sequence_as_the_target_would():
+    # recorded: llama-server stopped at id 11 (stop_type "eos") inside a drafted block, and
+    # the kit continued from the prefix: together the target's greedy output, 12 tokens
+    from properties.engines import llamacpp
+    exchange, exchanges = _end_of_sequence_exchanges()
+    assert exchange["answer"]["stop_type"] == "eos" and len(exchanges) == 2
+    req = Request(tuple(exchange["request"]["prompt"]), exchange["request"]["max_tokens"])
+    (completion,) = llamacpp.DIALECT.complete(Replay(exchanges), req)
+    assert list(completion.tokens) == oracle.served_greedy(req.prompt, req.max_tokens)
+    first = exchange["answer"]["tokens"]
+    assert first[-1] == llamacpp.EOS_ID and completion.pieces == (len(first), 12 - len(first))
+    assert completion.finish_reason == "length"
+
+
+@pytest.mark.parametrize("edit, says", [
+    # the engine emitted the rest of an accepted block after its end of sequence
+    (lambda a: a | {"tokens": a["tokens"] + [24, 10], "stop_type": "limit"},
+     "went on past its end-of-sequence id 11 at position 6: \\[24, 10\\]"),
+    # it says it stopped at end of sequence but its last token is another
+    (lambda a: a | {"tokens": a["tokens"][:-1]}, "stopped at end of sequence .* not the end-of"),
+])
+def test_llamacpp_end_of_sequence_defects_are_reported(edit, says):
+    from properties.adapters.protocol import BadResponse
+    from properties.engines import llamacpp
+    exchange, exchanges = _end_of_sequence_exchanges()
+    exchanges[0] = (exchanges[0][0], edit(dict(exchanges[0][1])))
+    req = Request(tuple(exchange["request"]["prompt"]), exchange["request"]["max_tokens"])
+    with pytest.raises(BadResponse, match=says):
+        llamacpp.DIALECT.complete(Replay(exchanges), req)

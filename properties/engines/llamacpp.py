@@ -31,6 +31,9 @@ METHODS = {m.name: m for m in (
     Method("perfect-draft", "draft model (draft-simple): the target itself", "perfect", K),
     Method("ngram", "n-gram drafting from the context (ngram-simple)", "ngram", K),
 )}
+# server slots: requests answered concurrently, as llama-server's default (auto) gives on a
+# small machine; the served_batch family compares answers inside a batch with answers alone
+SLOTS = 4
 DRAFT_FILES = {"draft-early-exit": "draft-early-exit", "draft-random": "draft-random",
                "perfect": "target"}
 
@@ -75,10 +78,17 @@ class LlamaCpp(Dialect):
         return body
 
     def complete(self, client, req: Request) -> list[Completion]:
-        """One completion, continued past llama.cpp's end-of-sequence id (see above)."""
+        """One completion, continued past llama.cpp's end-of-sequence id (see above). The
+        continuation is sound only if a piece that stopped at end of sequence ends with that
+        id and holds it nowhere else: an engine that emitted tokens after an end of sequence
+        (say, the rest of an accepted block) is reported, never stitched over."""
         tokens, drafted, accepted, part, pieces = (), 0, 0, req, ()
         while True:
             (got,) = self.read(client.post(self.body(part, client.model)), part, client.where())
+            eos_problem = end_of_sequence_problem(got)
+            if eos_problem:
+                raise BadResponse(f"{client.where()}: {eos_problem} (request "
+                                  f"{self.body(part, client.model)})")
             tokens += got.tokens
             pieces += (len(got.tokens),)
             drafted += got.drafted or 0
@@ -143,6 +153,25 @@ DIALECT = LlamaCpp(
            "prefix (the chain rule keeps the law and the greedy output exact)"))
 
 
+# llama.cpp's end-of-sequence id for a BPE vocabulary that names none (see LlamaCpp)
+EOS_ID = 11
+
+
+def end_of_sequence_problem(piece: Completion) -> str | None:
+    """What is wrong with one piece's end of sequence, if anything: llama-server with
+    ignore_eos off must stop right after emitting EOS_ID, and say so (stop_type "eos")."""
+    tokens = list(piece.tokens)
+    if EOS_ID in tokens[:-1]:
+        i = tokens.index(EOS_ID)
+        return (f"the engine went on past its end-of-sequence id {EOS_ID} at position {i}: "
+                f"{tokens[i + 1:][:8]} follow it (tokens {tokens})")
+    if piece.finish_reason == "eos" and (not tokens or tokens[-1] != EOS_ID):
+        return (f"the answer says it stopped at end of sequence (stop_type 'eos') but its last "
+                f"token is {tokens[-1] if tokens else 'none'}, not the end-of-sequence id "
+                f"{EOS_ID} (tokens {tokens})")
+    return None
+
+
 def find() -> Environment:
     root = engines_dir() / "llamacpp"
     server, source = root / "build" / "bin" / "llama-server", root / "src"
@@ -193,9 +222,13 @@ def prepare(env: Environment, export_dir, log) -> None:
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
     gguf = Path(export_dir) / "gguf"
     argv = [(env or RECIPE).server, "-m", gguf / "target.gguf", "--host", "127.0.0.1",
-            "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--no-webui", "--seed", "0"]
+            "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui",
+            "--seed", "0"]
     if method is not None and method.draft == "ngram":
-        argv += ["--spec-type", "ngram-simple", "--spec-draft-n-max", str(method.k)]
+        # ngram-simple's defaults (a 12-token lookup, a 48-token draft) never match in the
+        # kit's short contexts, so it would draft nothing: look up one token, draft k
+        argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
     elif method is not None:
         argv += ["-md", gguf / f"{DRAFT_FILES.get(method.draft, method.draft)}.gguf", "--spec-type", "draft-simple",
                  "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",

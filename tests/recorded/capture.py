@@ -36,6 +36,9 @@ REQUESTS = {
     "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_ids=(27,))),
     "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, SamplingParams(stop_ids=(31, 3))),
     "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, SamplingParams(stop_ids=(0,))),
+    # the greedy continuation 5 27 30 5 27 30 11 ...: llama.cpp's end-of-sequence id 11 comes
+    # inside a block a draft proposes and the target accepts
+    "greedy_end_of_sequence": Request((18, 15, 27), 12),
     "sampled_seeded": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
     "sampled_seeded_again": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
     "sampled_n4": Request((1, 2, 3), 3, SamplingParams(temperature=0.8, seed=11, n=4)),
@@ -59,12 +62,20 @@ def capture(name: str) -> dict:
     with server:
         client = Client(server.url, dialect=engine.dialect, timeout=120)
         client.resolve()
+        post = client.post
         for key, req in REQUESTS.items():
-            body = client.body(req)
-            answer = client.post(body)
+            # every exchange the dialect makes for the request (a continuation past an end of
+            # sequence is a second one), in order
+            sent = []
+            client.post = lambda body: sent.append((body, post(body))) or sent[-1][1]
+            engine.dialect.complete(client, req)
+            client.post = post
+            (body, answer), later = sent[0], sent[1:]
             record["exchanges"][key] = {"request": {"prompt": req.prompt, "max_tokens": req.max_tokens,
                                                    **dataclasses.asdict(req.sampling)}, "body": body,
                                         "answer": answer}
+            if later:
+                record["exchanges"][key]["continued"] = [{"body": b, "answer": a} for b, a in later]
         if not engine.dialect.per_response:   # server-wide counters: the page around one request
             pages = []
             for _ in range(2):
