@@ -128,6 +128,24 @@ def replayed(impl, requests, answers) -> Seen:
     return Seen(len(done), None, None, None, "")
 
 
+def for_drafter(impl, case):
+    """The case as the server's drafter can speculate it. A lookup drafter (n-gram, prompt
+    lookup) proposes only where the context's last tokens occurred before, so a law judged on
+    an arbitrary prompt may see no proposal at all. For such a drafter the prompt is prefixed
+    with COVER, which holds every token of the vocabulary after its first position (llama.cpp
+    never matches at position 0), so that whatever token is sampled a lookup of one token
+    matches and proposes what followed it: every judged position after the first is
+    speculated, and proposals are both accepted and rejected. Draft models propose anyway."""
+    if impl.draft != "ngram" or set(case.prompt) >= set(COVER):
+        return case
+    return case.replace(prompt=COVER + tuple(case.prompt))
+
+
+# every token of the served models' 32-token vocabulary, in a fixed order that no two-token
+# pattern repeats in, after a first token that lookups skip
+COVER = (0,) + tuple((7 * i + 3) % 32 for i in range(32))
+
+
 def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
     """Whether prompt lookup proposes after `context`: some suffix of `min_n` .. `max_n`
     tokens occurs earlier in it with a token after the occurrence (the proposal)."""
@@ -139,4 +157,5 @@ def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
     return False
 
 
-__all__ = ["Seen", "ServedError", "begin", "record", "send", "tally", "lookup_proposes"]
+__all__ = ["COVER", "Seen", "ServedError", "begin", "for_drafter", "record", "send", "tally",
+           "lookup_proposes"]

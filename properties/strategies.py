@@ -306,11 +306,19 @@ def served_greedy_cases(draw, with_stops: bool = False):
 
 
 @st.composite
-def served_sampling_cases(draw, max_len: int = 2, with_stops: bool = False, filters: bool = True):
-    """filters=False: no top-k and no top-p (the temperature alone shapes the law)."""
+def served_sampling_cases(draw, max_len: int = 2, with_stops: bool = False, filters: bool = True,
+                          min_len: int = 1, top_ps=None):
+    """filters=False: no top-k and no top-p (the temperature alone shapes the law). min_len 2:
+    at least one position after the first, which the prefill gives unspeculated. top_ps: the
+    top-p values to draw from (a small nucleus keeps the law of longer outputs small)."""
     prompt = draw(served_prompts())
     stops = tuple(draw(st.lists(SERVED_TOKENS, min_size=1 if with_stops else 0, max_size=2)))
-    return ServedCase(prompt, draw(st.integers(1, max_len)), SamplingParams(
+    if top_ps is not None:
+        return ServedCase(prompt, draw(st.integers(min_len, max_len)), SamplingParams(
+            temperature=draw(st.sampled_from(SERVED_TEMPERATURES)),
+            top_p=draw(st.sampled_from(top_ps)), stop_ids=stops,
+            seed=draw(st.integers(0, 2**20))))
+    return ServedCase(prompt, draw(st.integers(min_len, max_len)), SamplingParams(
         temperature=draw(st.sampled_from(SERVED_TEMPERATURES)),
         top_k=draw(st.sampled_from(SERVED_TOP_KS)) if filters else 0,
         top_p=draw(st.sampled_from(SERVED_TOP_PS)) if filters else 1.0,

@@ -39,8 +39,10 @@ from properties.impl import LEVELS, ImplError, load
 from properties import evidence
 from properties.report import collect
 
-OUTCOMES = ("passed", "failed", "not_applicable", "xfailed", "xpassed")
-_RANK = {"passed": 0, "not_applicable": 1, "xfailed": 2, "xpassed": 3, "failed": 4}
+# not_shown: a served test that passed where the engine drafted nothing (never a pass)
+OUTCOMES = ("passed", "failed", "not_applicable", "not_shown", "xfailed", "xpassed")
+_RANK = {"passed": 0, "not_applicable": 1, "not_shown": 2, "xfailed": 3, "xpassed": 4,
+         "failed": 5}
 
 
 class KitWarning(UserWarning):
@@ -131,6 +133,7 @@ def pytest_configure(config):
     config._kit_report = (collect.prepare(report_dir) if report_dir is not None
                           and not hasattr(config, "workerinput") else None)
     config._kit_evidence = {}          # nodeid -> the records of its checks (with --kit-report)
+    config._kit_shown = {}             # served nodeid -> [examples, examples shown speculating]
     config._kit_report_tests = {}      # nodeid -> its outcome, reason, message (with --kit-report)
     config.pluginmanager.register(_Recorder(config), "conformance-kit-recorder")
     if not hasattr(config, "workerinput"):
@@ -346,6 +349,8 @@ class _Recorder:
                 config._kit_causes[report.nodeid] = value
             elif name == "kit_evidence":
                 config._kit_evidence[report.nodeid] = value
+            elif name == "kit_shown":
+                config._kit_shown[report.nodeid] = value
         if hasattr(report, "wasxfail"):
             outcome = "xfailed" if report.skipped else "xpassed" if report.passed else "failed"
         elif report.failed:
@@ -361,6 +366,8 @@ class _Recorder:
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
             # a skip raised at an explicit example carries Hypothesis's note of that example
             reason = reason.split("\nFailing explicit example", 1)[0].rstrip()
+            if outcome == "not_applicable" and reason.startswith("not shown:"):
+                outcome = "not_shown"
         if outcome == "failed" and report.nodeid not in config._kit_causes:
             config._kit_causes[report.nodeid] = _first_cause_line(report)
         previous = config._kit_outcomes.get(report.nodeid)
@@ -441,7 +448,8 @@ def summary(config, exitstatus=None) -> dict:
     """The conformance summary. exitstatus None: the run has not ended (INCOMPLETE)."""
     impl = config._kit_impl
     entries = {f: {o: 0 for o in OUTCOMES} | {"failures": [], "reasons": [], "causes": {},
-                                             "planned": 0}
+                                             "planned": 0, "not_shown_tests": [],
+                                             "examples_shown": [0, 0]}
                for f in families.FAMILIES}
     for nodeid, family in config._kit_planned.items():
         family = family or config._kit_outcomes.get(nodeid, (None,))[0]
@@ -453,16 +461,25 @@ def summary(config, exitstatus=None) -> dict:
         if outcome == "failed":
             entry["failures"].append(nodeid)
             entry["causes"][nodeid] = config._kit_causes.get(nodeid, "")
-        if outcome == "not_applicable" and reason and reason not in entry["reasons"]:
+        if outcome in ("not_applicable", "not_shown") and reason and reason not in entry["reasons"]:
             entry["reasons"].append(reason)
+        if outcome == "not_shown":
+            entry["not_shown_tests"].append(nodeid)
+        shown = getattr(config, "_kit_shown", {}).get(nodeid)
+        if shown:
+            entry["examples_shown"] = [a + b for a, b in zip(entry["examples_shown"], shown)]
     unreported = sorted(n for n in config._kit_planned if n not in config._kit_outcomes)
     failed = any(e["failed"] for e in entries.values())
     interrupted = exitstatus is None or int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
     complete = not interrupted and not unreported
+    not_shown = [n for e in entries.values() for n in e["not_shown_tests"]]
     if failed:
         verdict = "NOT CONFORMANT"
     elif not complete:
         verdict = "INCOMPLETE"
+    elif not_shown:
+        # no failure, but some judged positions were never speculated: nothing concluded there
+        verdict = "NOT SHOWN"
     else:
         verdict = "CONFORMANT"
     checks = config._kit_stat_checks
@@ -537,6 +554,9 @@ def _verdict_text(verdict, impl, complete, unreported, exitstatus) -> str:
                else f"{len(unreported)} selected test(s) never reported (stopped early?)")
         return f"INCOMPLETE: {why}; nothing can be concluded"
     text = verdict
+    if verdict == "NOT SHOWN":
+        return ("NOT SHOWN: no failure, but nothing was drafted at the positions some tests "
+                "judge, so they say nothing about speculation (see each family's 'not shown')")
     if verdict != "CONFORMANT":
         return text
     levels = [level for level in families.LEVEL_ORDER if impl.has(level)]
@@ -577,8 +597,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             notes = f"INCOMPLETE: {entry['planned'] - total} of {entry['planned']} tests did not run"
         elif entry["not_applicable"] and not entry["passed"]:
             notes = entry["reasons"][0] if entry["reasons"] else "not applicable"
+        elif entry["not_shown"]:
+            notes = (f"NOT SHOWN: {entry['not_shown']} test(s) saw nothing drafted at the "
+                     f"positions they judge: "
+                     + ", ".join(n.split("::", 1)[-1] for n in entry["not_shown_tests"][:3]))
         elif entry["xpassed"]:
             notes = f"{entry['xpassed']} listed as known failures now pass"
+        if entry["examples_shown"][0] and not entry["failed"]:
+            examples, shown = entry["examples_shown"]
+            notes += (("; " if notes else "") +
+                      f"speculation shown in {shown} of {examples} judged examples")
         known = entry["xfailed"] + entry["xpassed"]
         tr.write_line(f"{family:<{width}}{entry['passed']:>8}{entry['failed']:>8}"
                       f"{entry['not_applicable']:>6}{known:>7}   {notes}", red=bool(entry["failed"]))

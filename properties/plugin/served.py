@@ -246,8 +246,14 @@ def _served_server_alive(request):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """A test whose explicit examples met a dead server fails with a group of exceptions: its
-    cause is the death (the summary groups failures by cause)."""
-    outcome = yield
+    cause is the death (the summary groups failures by cause). The judged requests of the test
+    are attributed to it (properties.speculation: was anything drafted for them?)."""
+    from properties import speculation
+    speculation.begin(item.nodeid)
+    try:
+        outcome = yield
+    finally:
+        speculation.begin(None)
     excinfo = getattr(outcome, "excinfo", None)
     error = excinfo[1] if excinfo else None
     if isinstance(error, BaseExceptionGroup) and not getattr(error, "cause", ""):
@@ -255,6 +261,31 @@ def pytest_runtest_call(item):
         died = [e for e in _leaves(error) if isinstance(e, ServerDied)]
         if died:
             error.cause = died[0].cause
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A served test that passed, though none of its examples saw the engine draft at the
+    positions it judged, is no evidence about speculation: it is reported "not shown", never
+    as a pass. A test that did see speculation carries how many of its examples did."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call":
+        return
+    from properties import speculation
+    tally = speculation.tally(item.nodeid)
+    if tally is None:
+        return
+    examples, shown, unobservable = tally
+    report.user_properties.append(("kit_shown", [examples, shown]))
+    if report.passed and shown == 0:
+        why = (f"none of its {examples} example(s) could show speculation (the engine reports "
+               f"no draft statistics and its drafter is not one the kit replays)"
+               if unobservable == examples else
+               f"nothing was drafted at the judged positions in any of its {examples} "
+               f"example(s)")
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: not shown: {why}")
 
 
 def _leaves(group):

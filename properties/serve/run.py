@@ -146,6 +146,8 @@ def judge(summary: dict, known: list[Known], known_given: bool, speculation: dic
         text = (f"NOT CONFORMANT (all failures known: {len(old)}, listed in the known-failures "
                 f"file)")
         return Outcome("NOT CONFORMANT", text, 0 if known_given else 1)
+    if summary["verdict"] == "NOT SHOWN":
+        return Outcome("NOT SHOWN", summary["verdict_text"], 1)
     if summary["verdict"] != "CONFORMANT":
         return Outcome(summary["verdict"], summary["verdict_text"], 2)
     if not ran:
@@ -266,7 +268,9 @@ def _families(summary: dict) -> dict:
     for family, entry in summary["families"].items():
         if not family.startswith("served_"):
             continue
-        out[family] = {k: entry[k] for k in ("passed", "failed", "not_applicable", "xfailed")}
+        out[family] = {k: entry.get(k, 0) for k in ("passed", "failed", "not_applicable",
+                                                     "not_shown", "xfailed")}
+        out[family]["examples_shown"] = entry.get("examples_shown", [0, 0])
         out[family]["failures"] = {n: entry["causes"].get(n, "") for n in entry["failures"]}
         out[family]["reasons"] = entry["reasons"]
     return out
