@@ -10,7 +10,9 @@ non-empty seqs[b], from a fresh prefill):
 * ``law_from(next_logits, prompt, L, temperature, top_k, top_p, stop_ids)``: the exact
   probability of every possible output of ancestral sampling for L steps (temperature, top-k,
   top-p exactly as ``reference.sampling`` defines them), a stop id ending an output early;
-  outcomes in lexicographic order, one batched call per step for every open prefix.
+  outcomes in lexicographic order, one batched call per step for every open prefix. With
+  ``row_probs`` (penalties, min_p, a logit bias: ``shaped(params, formula)``) each open
+  prefix's row is processed with its own history.
 
 Entry points, cached by the model's identity (``clear()`` forgets them all):
 
@@ -22,6 +24,7 @@ Entry points, cached by the model's identity (``clear()`` forgets them all):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import torch
@@ -29,6 +32,7 @@ import torch
 from properties.models import build_target
 from properties.models import served as served_models
 from reference.cache import KVCache
+from reference.penalties import OPENAI
 from reference.sampling import probs_from_logits
 
 # Logit gaps below this count as ties: float64 forwards of the same model agree to ~1e-13.
@@ -39,13 +43,17 @@ SERVED_TARGET = "target"
 
 # --------------------------------------------------------------------------- the computation
 
-def greedy_from(next_logits, prompt, n: int, stop_ids=()) -> tuple[tuple, tuple]:
+def greedy_from(next_logits, prompt, n: int, stop_ids=(), adjust=None) -> tuple[tuple, tuple]:
     """(tokens, gaps): the greedy continuation of `prompt` under `next_logits` (stopping after
-    the first stop id) and the top-two logit gap at each step."""
+    the first stop id) and the top-two logit gap at each step. `adjust(logits, prompt,
+    generated)`: the logits greedy decoding takes the argmax of (after a bias and penalties),
+    None for the raw ones."""
     stops = frozenset(stop_ids)
     seq, out, gaps = tuple(prompt), [], []
     for _ in range(n):
         logits = next_logits([seq])[0]
+        if adjust is not None:
+            logits = adjust(logits.double(), tuple(prompt), tuple(out))
         token = int(torch.argmax(logits))
         top = torch.topk(logits, min(2, logits.numel())).values
         gaps.append(float(top[0] - top[1]) if top.numel() > 1 else float("inf"))
@@ -57,8 +65,10 @@ def greedy_from(next_logits, prompt, n: int, stop_ids=()) -> tuple[tuple, tuple]
 
 
 def law_from(next_logits, prompt, L: int, temperature: float, top_k: int = 0,
-             top_p: float = 1.0, stop_ids=()) -> dict:
-    """outcome (tuple of generated tokens) -> exact probability, in lexicographic order."""
+             top_p: float = 1.0, stop_ids=(), row_probs=None) -> dict:
+    """outcome (tuple of generated tokens) -> exact probability, in lexicographic order.
+    `row_probs(logits, prompt, generated)`: the law of the next token given its own history
+    (penalties see it), replacing temperature, top_k and top_p; None: those three alone."""
     stops = frozenset(stop_ids)
     prompt = tuple(prompt)
     law: dict = {}
@@ -74,7 +84,11 @@ def law_from(next_logits, prompt, L: int, temperature: float, top_k: int = 0,
             frontier = []
             break
         rows = next_logits([prompt + p for p, _ in open_])
-        probs = probs_from_logits(rows.double(), temperature, top_k, top_p)
+        if row_probs is None:
+            probs = probs_from_logits(rows.double(), temperature, top_k, top_p)
+        else:
+            probs = torch.stack([row_probs(row.double(), prompt, p)
+                                 for row, (p, _) in zip(rows, open_)])
         frontier = []
         for (p, m), row in zip(open_, probs.tolist()):
             frontier += [(p + (t,), m * pr) for t, pr in enumerate(row) if pr > 0]
@@ -129,6 +143,36 @@ def _law(model: tuple, prompt: tuple, L: int, temperature: float, top_k: int, to
     return law_from(_next_logits(model), prompt, L, temperature, top_k, top_p, stops)
 
 
+def shaped(params, formula):
+    """(row_probs, adjust) of a request's params under an engine's formula, for law_from and
+    greedy_from: each row processed with its own history."""
+    def row_probs(logits, prompt, generated):
+        return formula.probs(logits, prompt, generated, params)
+
+    def adjust(logits, prompt, generated):
+        return formula.adjusted(logits, prompt, generated, params)
+    return row_probs, adjust
+
+
+def _bare(params):
+    """The params as far as the law and the greedy output depend on them (no seed, n, stops
+    or logprobs): one cache entry per law."""
+    return replace(params, seed=None, n=1, stop_ids=(), stop_strings=(), logprobs=None)
+
+
+@lru_cache(maxsize=192)
+def _shaped_law(model: tuple, prompt: tuple, L: int, params, formula, stops: frozenset):
+    row_probs, _ = shaped(params, formula)
+    return law_from(_next_logits(model), prompt, L, params.temperature, params.top_k,
+                    params.top_p, stops, row_probs=row_probs)
+
+
+@lru_cache(maxsize=384)
+def _shaped_greedy(model: tuple, prompt: tuple, n: int, params, formula, stops: frozenset):
+    _, adjust = shaped(params, formula)
+    return greedy_from(_next_logits(model), prompt, n, stops, adjust=adjust)
+
+
 def _cached_law(model, prompt, L, temperature, top_k, top_p, stop_ids) -> dict:
     return dict(_law(model, tuple(int(t) for t in prompt), int(L), float(temperature),
                      int(top_k), float(top_p), frozenset(int(s) for s in stop_ids)))
@@ -155,16 +199,37 @@ def sequence_law(spec, prompt, L: int, temperature: float, top_k: int = 0, top_p
 
 # --------------------------------------------------------------------------- the served target
 
-def served_greedy(prompt, n: int, stop_ids=()) -> list[int]:
-    """The served target's exact greedy continuation (lowest index wins a tie)."""
-    return list(_cached_greedy(("served", SERVED_TARGET), prompt, n, stop_ids)[0])
+def served_greedy(prompt, n: int, stop_ids=(), params=None, formula=None) -> list[int]:
+    """The served target's exact greedy continuation (lowest index wins a tie). `params`
+    carrying a logit bias or penalties: the argmax of the logits after them, under `formula`
+    (reference.penalties; default the OpenAI API's)."""
+    return list(served_greedy_gaps(prompt, n, stop_ids, params, formula)[0])
+
+
+def served_greedy_gaps(prompt, n: int, stop_ids=(), params=None, formula=None):
+    """(tokens, gaps) of served_greedy: the top-two gap of the (adjusted) logits per step."""
+    key = ("served", SERVED_TARGET)
+    if params is None or not params.shaped:
+        return _cached_greedy(key, prompt, n, stop_ids)
+    return _shaped_greedy(key, tuple(int(t) for t in prompt), int(n), _bare(params),
+                          formula or OPENAI, frozenset(int(s) for s in stop_ids))
 
 
 def served_law(prompt, L: int, temperature: float, top_k: int = 0, top_p: float = 1.0,
-               stop_ids=()) -> dict:
-    """outcome (tuple of tokens) -> exact probability under the served target's sampler."""
-    return _cached_law(("served", SERVED_TARGET), prompt, L, temperature, top_k, top_p,
-                       stop_ids)
+               stop_ids=(), params=None, formula=None) -> dict:
+    """outcome (tuple of tokens) -> exact probability under the served target's sampler.
+    `params` carrying penalties, min_p or a logit bias: the law under `formula`
+    (reference.penalties; default the OpenAI API's), each step's row processed with its own
+    history; then its temperature, top_k and top_p are the law's (they must agree with the
+    positional ones)."""
+    key = ("served", SERVED_TARGET)
+    if params is None or not params.shaped:
+        return _cached_law(key, prompt, L, temperature, top_k, top_p, stop_ids)
+    if (params.temperature, params.top_k, params.top_p) != (temperature, top_k, top_p):
+        raise ValueError(f"temperature, top_k, top_p ({temperature!r}, {top_k!r}, {top_p!r}) "
+                         f"differ from those of params {params!r}")
+    return dict(_shaped_law(key, tuple(int(t) for t in prompt), int(L), _bare(params),
+                            formula or OPENAI, frozenset(int(s) for s in stop_ids)))
 
 
 def served_logits(prompt, tokens) -> torch.Tensor:
@@ -183,3 +248,5 @@ def clear() -> None:
     """Forget every cached result (after an engine edited the weights they were computed from)."""
     _greedy.cache_clear()
     _law.cache_clear()
+    _shaped_law.cache_clear()
+    _shaped_greedy.cache_clear()

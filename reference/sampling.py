@@ -113,6 +113,14 @@ class SamplingParams:
     engine must sample from (``probs_from_logits``). A stop id ends the output where it first
     occurs and is kept. ``seed`` seeds the sampler (a request's seed; the generator of an
     in-process run); ``n`` asks for that many independent completions of one request.
+
+    What users send besides (each off at its default, so the defaults change nothing):
+    ``repetition_penalty`` (1 = off), ``presence_penalty`` and ``frequency_penalty`` (0 = off),
+    ``min_p`` (0 = off), ``logit_bias`` (pairs (token, bias); empty = off), ``stop_strings``
+    (texts that end the output where they first complete), ``logprobs`` (None = off, else how
+    many top alternatives to return per token). The penalties depend on the history, so their
+    law is ``probs_after(logits, prompt, generated, formula)``, where the formula
+    (reference.penalties) is the engine's order of operations.
     """
 
     temperature: float = 0.0
@@ -121,6 +129,13 @@ class SamplingParams:
     stop_ids: tuple = ()
     seed: int | None = None
     n: int = 1
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_p: float = 0.0
+    logit_bias: tuple = ()
+    stop_strings: tuple = ()
+    logprobs: int | None = None
 
     def __post_init__(self):
         check_sampling_args(self.temperature, self.top_k, self.top_p)
@@ -132,20 +147,95 @@ class SamplingParams:
             raise ValueError(f"seed must be an int or None, got {self.seed!r}")
         if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
             raise ValueError(f"n must be an int >= 1, got {self.n!r}")
+        check_penalties(self.repetition_penalty, self.presence_penalty, self.frequency_penalty,
+                        self.min_p)
+        object.__setattr__(self, "logit_bias", normal_logit_bias(self.logit_bias))
+        strings = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
+        strings = tuple(strings)
+        if not all(isinstance(s, str) and s for s in strings):
+            raise ValueError(f"stop_strings must be non-empty strings, got {self.stop_strings!r}")
+        object.__setattr__(self, "stop_strings", strings)
+        if self.logprobs is not None and (not isinstance(self.logprobs, int)
+                                          or isinstance(self.logprobs, bool) or self.logprobs < 0):
+            raise ValueError(f"logprobs must be None (off) or an int >= 0 (top alternatives per "
+                             f"token), got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def penalized(self) -> bool:
+        """Whether the law depends on the history (a penalty is on)."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    @property
+    def shaped(self) -> bool:
+        """Whether anything besides temperature, top-k and top-p shapes the law."""
+        return self.penalized or bool(self.logit_bias) or self.min_p != 0.0
+
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """The distribution this request samples from after `logits` (not for greedy)."""
+        """The distribution this request samples from after `logits` (not for greedy), for the
+        history-free case (temperature, top-k, top-p); see probs_after for the rest."""
+        if self.shaped:
+            raise ValueError(f"{self!r} carries penalties, min_p or a logit bias: their law "
+                             f"depends on the engine's formula (and the history); use "
+                             f"probs_after(logits, prompt, generated, formula)")
         return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def adjusted(self, logits: torch.Tensor, prompt=(), generated=(), formula=None):
+        """The logits after the bias and the penalties, for the token after prompt +
+        generated, under `formula` (reference.penalties; default the OpenAI API's). Greedy
+        decoding takes their argmax."""
+        from reference.penalties import OPENAI
+        return (formula or OPENAI).adjusted(logits, prompt, generated, self)
+
+    def probs_after(self, logits: torch.Tensor, prompt=(), generated=(), formula=None):
+        """The distribution after prompt + generated under `formula` (not for greedy)."""
+        from reference.penalties import OPENAI
+        return (formula or OPENAI).probs(logits, prompt, generated, self)
 
     def __repr__(self):
         # only what differs from the defaults: a failing case's replay line stays short
         changed = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                    if getattr(self, f.name) != f.default]
         return f"SamplingParams({', '.join(changed)})"
+
+
+def _finite(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def check_penalties(repetition: float, presence: float, frequency: float, min_p: float) -> None:
+    if not _finite(repetition) or repetition <= 0:
+        raise ValueError(f"repetition_penalty must be a finite number > 0 (1 disables it), got "
+                         f"{repetition!r}")
+    for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency)):
+        if not _finite(value):
+            raise ValueError(f"{name} must be a finite number (0 disables it), got {value!r}")
+    if not _finite(min_p) or not 0 <= min_p <= 1:
+        raise ValueError(f"min_p must be in [0, 1] (0 disables it), got {min_p!r}")
+
+
+def normal_logit_bias(bias) -> tuple:
+    """((token, bias), ...) sorted by token, from pairs or a dict; hashable, so a case holding
+    it can be cached and replayed."""
+    pairs = tuple(bias.items()) if isinstance(bias, dict) else bias
+    try:
+        pairs = tuple((t, b) for t, b in pairs)
+    except (TypeError, ValueError):
+        raise ValueError(f"logit_bias must be (token, bias) pairs or a dict, got {bias!r}") from None
+    for t, b in pairs:
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise ValueError(f"logit_bias token must be an int >= 0, got {t!r} in {bias!r}")
+        if not _finite(b):
+            raise ValueError(f"logit_bias of token {t} must be a finite number, got {b!r}")
+    tokens = [t for t, _ in pairs]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"logit_bias names a token twice: {bias!r}")
+    return tuple(sorted((t, float(b)) for t, b in pairs))
 
 
 class Sampler:

@@ -48,6 +48,8 @@ class Dialect:
     # a matched stop id: kept at the end of token_ids? left in the text? (None: either)
     stop_in_ids: bool | None = None
     stop_in_text: bool | None = None
+    # a matched stop string: its tokens kept at the end of token_ids? (None: either)
+    stop_string_in_ids: bool | None = None
     # the server honours `n` (several completions per request); None: learned by asking
     honours_n: bool | None = None
     notes: tuple = ()
@@ -74,6 +76,7 @@ class Dialect:
             body["stop_token_ids"] = list(req.sampling.stop_ids)
         if req.sampling.seed is not None:
             body["seed"] = req.sampling.seed
+        body.update(shaping(req.sampling))
         return body
 
     def complete(self, client, req: Request) -> list[Completion]:
@@ -106,7 +109,9 @@ class Dialect:
         return [self.read_choice(choice, req, where) for choice in self.choices(answer, where)]
 
     def read_choice(self, choice: dict, req: Request, where: str) -> Completion:
-        return Completion(self.tokens(choice, req, where), choice.get("finish_reason"))
+        text = choice.get("text") if isinstance(choice.get("text"), str) else None
+        return Completion(self.tokens(choice, req, where), choice.get("finish_reason"),
+                          logprobs=openai_logprobs(choice.get("logprobs"), where), text=text)
 
     def tokens(self, choice: dict, req: Request | None, where: str) -> tuple:
         """A choice's token ids: `token_ids` where given (checked against `text`), else the
@@ -129,6 +134,12 @@ class Dialect:
             stops = set(req.sampling.stop_ids) if req is not None else set()
             # a matched stop id may end token_ids but be left out of the text (vLLM)
             stop_cut = bool(ids) and ids[-1] in stops and from_text == ids[:-1]
+            strings = req.sampling.stop_strings if req is not None else ()
+            if from_text is not None and strings and not stop_cut:
+                # a matched stop string may be cut from the text and kept in token_ids (vLLM);
+                # whether the output stopped in the right place is the check's to judge
+                rest = tokenizer.decode(ids[len(from_text):]) if ids[:len(from_text)] == from_text else None
+                stop_cut = rest is not None and any(rest.startswith(x) for x in strings)
             if from_text is not None and from_text != ids and not stop_cut:
                 raise BadResponse(f"{where}: token_ids {list(ids)} and text {text!r} disagree")
             return ids
@@ -176,6 +187,55 @@ class Dialect:
             return None
         return (f"cannot judge: {client.url} ({self.name}) reports no speculative-decoding "
                 f"counters the kit can read")
+
+
+# ----------------------------------------------------------------------- sampling fields
+
+def shaping(s) -> dict:
+    """The OpenAI API's fields (and vLLM's extensions) for what besides temperature, top-k and
+    top-p a request asks, each only when it is on: the body of a plain request is unchanged."""
+    body = {}
+    if s.repetition_penalty != 1.0:
+        body["repetition_penalty"] = s.repetition_penalty
+    if s.presence_penalty:
+        body["presence_penalty"] = s.presence_penalty
+    if s.frequency_penalty:
+        body["frequency_penalty"] = s.frequency_penalty
+    if s.min_p:
+        body["min_p"] = s.min_p
+    if s.logit_bias:
+        body["logit_bias"] = {str(t): b for t, b in s.logit_bias}   # JSON keys are strings
+    if s.stop_strings:
+        body["stop"] = list(s.stop_strings)
+    if s.logprobs is not None:
+        body["logprobs"] = s.logprobs
+    return body
+
+
+def token_of(text, where: str) -> int:
+    """A token as an answer names it: its text (one character per kit token) or vLLM's
+    "token_id:N" form."""
+    if isinstance(text, str) and text.startswith("token_id:"):
+        return int(text.split(":", 1)[1])
+    ids = tokenizer.encode(text) if isinstance(text, str) else None
+    if ids is None or len(ids) != 1:
+        raise BadResponse(f"{where}: {text!r} in the logprobs is no single token of the kit's "
+                          f"vocabulary")
+    return ids[0]
+
+
+def openai_logprobs(entry, where: str) -> tuple | None:
+    """The completions API's `logprobs` object (tokens, token_logprobs, top_logprobs) as
+    Completion.logprobs: per token (logprob, ((token, logprob), ...)); None when absent."""
+    if not isinstance(entry, dict) or entry.get("token_logprobs") is None:
+        return None
+    values = entry["token_logprobs"]
+    tops = entry.get("top_logprobs") or [None] * len(values)
+    out = []
+    for value, top in zip(values, tops):
+        alternatives = tuple((token_of(t, where), float(lp)) for t, lp in (top or {}).items())
+        out.append((None if value is None else float(value), alternatives))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------- Prometheus

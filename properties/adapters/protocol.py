@@ -53,6 +53,11 @@ class Completion:
     # lengths of the requests a completion was assembled from, when its dialect took several
     # (llama.cpp continued past its end-of-sequence id); empty for one request
     pieces: tuple = ()
+    # where logprobs were asked: per generated token, (its logprob, ((token, logprob), ...) of
+    # the top alternatives the server returned); None where the answer carries none
+    logprobs: tuple | None = None
+    # the completion's text as returned (a stop string may be cut from it), where given
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Counters:
     accepted: float
     source: str = ""            # where they were read, e.g. "/metrics"
     rounds: float | None = None  # drafting rounds (vLLM: spec_decode_num_drafts), if counted
+    # accepted tokens by draft position (position 1 first), where the engine counts them
+    accepted_per_position: tuple | None = None
 
 
 @dataclass(frozen=True)

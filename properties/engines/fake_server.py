@@ -18,6 +18,10 @@ float64 target, and can be told to misbehave in one named way:
     "die_on_top_k"    the process exits (a crash, as an engine's would) at the first sampled
                       request with top_k > 0: the kit's self-test of a server that dies
 
+Penalties, min_p, logit_bias, stop strings and logprobs follow the OpenAI API's formula
+(reference.penalties.OPENAI, vLLM's): a matched stop string's tokens end token_ids and the
+text is cut before it; logprobs are the raw target's.
+
 Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
 `fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
 Its /metrics counters (its own names, which the `fake` engine's dialect reads) follow a perfect draft with k = 4 drafted per round ("full" schedule).
@@ -37,7 +41,8 @@ import torch
 from properties import oracle
 from properties.engines.fake import ACCEPTED, DRAFTED
 from properties.models import tokenizer
-from reference.sampling import probs_from_logits
+from reference.penalties import OPENAI
+from reference.sampling import SamplingParams, probs_from_logits
 
 BEHAVIOURS = (None, "wrong_model", "wrong_token", "ignore_stop", "ignore_seed", "fixed_seed",
               "hot", "http_500", "slow", "partial_accept", "text_only", "die_on_top_k")
@@ -135,6 +140,10 @@ class FakeServer:
             temperature = body.get("temperature", 1.0)
             top_k, top_p = body.get("top_k", 0), body.get("top_p", 1.0)
             stops = body.get("stop_token_ids") or []
+            try:
+                params = self.params(body, temperature, top_k, top_p)
+            except ValueError as exc:   # answered as the API answers a bad field: a 400
+                return 400, {"error": {"message": str(exc), "type": "BadRequestError"}}
         if b == "die_on_top_k" and temperature > 0 and (top_k or 0) > 0:
             import os
             with self.lock:   # one crash message, even when requests arrive together
@@ -146,17 +155,98 @@ class FakeServer:
         choices = []
         for i in range(n):
             rng = self._rng(seed, i)
-            tokens = self._generate(ids, max_tokens, temperature, top_k, top_p, set(stops), rng)
-            reason = "stop" if tokens and tokens[-1] in stops and len(tokens) < max_tokens else "length"
-            choice = {"index": i, "text": tokenizer.decode(tokens), "finish_reason": reason}
+            if text_mode or not params.shaped and not params.stop_strings:
+                tokens = self._generate(ids, max_tokens, temperature, top_k, top_p, set(stops),
+                                        rng)
+                cut = None
+            else:
+                tokens, cut = self._generate_shaped(ids, max_tokens, params, set(stops), rng)
+            reason = ("stop" if cut is not None or tokens and tokens[-1] in stops
+                      and len(tokens) < max_tokens else "length")
+            # a matched stop string: its tokens end token_ids, the text is cut before it
+            text = tokenizer.decode(tokens)
+            choice = {"index": i, "text": text if cut is None else text[:cut],
+                      "finish_reason": reason}
             if not text_mode:
                 choice["token_ids"] = tokens
+                if params.logprobs is not None:
+                    choice["logprobs"] = self.logprobs(ids, tokens, params.logprobs)
             choices.append(choice)
         with self.lock:
             drafted = sum(K * _rounds(len(c["text"])) for c in choices)
             self.drafted += drafted
             self.accepted += drafted * 3 // 4 if b == "partial_accept" else drafted
         return 200, {"object": "text_completion", "model": "kit-target", "choices": choices}
+
+    # ------------------------------------------------------------- sampling parameters
+    # The OpenAI API's formula (reference.penalties.OPENAI, vLLM's): the bias, the penalties
+    # (presence and frequency over the output), temperature, min_p, top-k, top-p. Each step
+    # is a method, so a test's broken server overrides exactly one.
+
+    def params(self, body, temperature, top_k, top_p) -> SamplingParams:
+        bias = body.get("logit_bias") or {}
+        return SamplingParams(
+            temperature=float(temperature), top_k=int(top_k or 0), top_p=float(top_p),
+            repetition_penalty=float(body.get("repetition_penalty", 1.0)),
+            presence_penalty=float(body.get("presence_penalty", 0.0)),
+            frequency_penalty=float(body.get("frequency_penalty", 0.0)),
+            min_p=float(body.get("min_p", 0.0)),
+            logit_bias=tuple((int(t), float(b)) for t, b in bias.items()),
+            stop_strings=tuple(body.get("stop") or ()), logprobs=body.get("logprobs"))
+
+    def history(self, ids, out) -> tuple:
+        """(prompt, generated) the penalties see: the committed tokens."""
+        return tuple(ids), tuple(out)
+
+    def next_probs(self, logits, ids, out, params):
+        prompt, generated = self.history(ids, out)
+        return params.probs_after(logits, prompt, generated, OPENAI)
+
+    def next_greedy(self, logits, ids, out, params) -> int:
+        prompt, generated = self.history(ids, out)
+        return int(torch.argmax(params.adjusted(logits, prompt, generated, OPENAI)))
+
+    def stop_at(self, out, strings) -> int | None:
+        """The offset in the output's text where a stop string completed by the last token
+        starts, or None: generation ends at the token that completes it."""
+        text = tokenizer.decode(out)
+        found = [text.find(x) for x in strings if x in text]
+        return min(found) if found else None
+
+    def logprobs(self, ids, tokens, top: int) -> dict:
+        """The completions API's logprobs object: the raw target's log-softmax per generated
+        token, with its `top` most probable alternatives (vLLM's raw_logprobs)."""
+        rows = torch.log_softmax(self.logprob_rows(ids, tokens), -1)
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+        for row, t in zip(rows, tokens):
+            best = torch.topk(row, top).indices.tolist() if top else []
+            out["tokens"].append(tokenizer.decode([t]))
+            out["token_logprobs"].append(float(row[t]))
+            out["top_logprobs"].append({tokenizer.decode([j]): float(row[j]) for j in best})
+        return out
+
+    def logprob_rows(self, ids, tokens):
+        return oracle.served_logits(tuple(ids), tuple(tokens))
+
+    def _generate_shaped(self, ids, max_tokens, params, stops, rng):
+        """(tokens, text offset of a matched stop string or None) under `params`."""
+        seq, out = list(ids), []
+        while len(out) < max_tokens:
+            logits = oracle.served_next_logits([seq], "target")[0]
+            if params.greedy:
+                token = self.next_greedy(logits, ids, out, params)
+            else:
+                probs = self.next_probs(logits, ids, out, params).numpy()
+                token = int(rng.choice(len(probs), p=probs / probs.sum()))
+            out.append(token)
+            seq.append(token)
+            if params.stop_strings:
+                cut = self.stop_at(out, params.stop_strings)
+                if cut is not None:
+                    return out, cut
+            if token in stops:
+                break
+        return out, None
 
     def _rng(self, seed, i):
         if self.behaviour == "ignore_seed" or seed is None:

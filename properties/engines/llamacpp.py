@@ -21,6 +21,7 @@ from properties.adapters.protocol import BadResponse, Completion, Request
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
+from properties.formulas import PENALTY_WINDOW
 
 K = 4
 METHODS = {m.name: m for m in (
@@ -75,6 +76,29 @@ class LlamaCpp(Dialect):
             body["stop"] = [tokenizer.decode([t]) for t in req.sampling.stop_ids]
         if req.sampling.seed is not None:
             body["seed"] = req.sampling.seed
+        body.update(self.shaping(req.sampling))
+        return body
+
+    def shaping(self, s) -> dict:
+        """Penalties, min_p, logit_bias, stop strings and n_probs in llama-server's names
+        (tools/server/server-schema.cpp). The penalties and min_p are samplers of the chain,
+        which the kit names: penalties first, min_p right after temperature, as vLLM orders
+        them (properties/formulas.py, LLAMACPP); the window is the whole history."""
+        body = {}
+        if s.penalized:
+            body.update(repeat_penalty=s.repetition_penalty, presence_penalty=s.presence_penalty,
+                        frequency_penalty=s.frequency_penalty, repeat_last_n=PENALTY_WINDOW)
+        if s.min_p:
+            body["min_p"] = s.min_p
+        if s.penalized or s.min_p:
+            body["samplers"] = ["penalties", "temperature", "min_p", "top_k", "top_p"]
+        if s.logit_bias:
+            body["logit_bias"] = [[t, b] for t, b in s.logit_bias]
+        if s.stop_strings:
+            body["stop"] = body.get("stop", []) + list(s.stop_strings)
+        if s.logprobs is not None:
+            # n_probs 0 returns no probabilities at all: ask for one at least
+            body["n_probs"] = max(s.logprobs, 1)
         return body
 
     def complete(self, client, req: Request) -> list[Completion]:
@@ -131,7 +155,26 @@ class LlamaCpp(Dialect):
         drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
         if drafted is None and isinstance(timings, dict) and "predicted_n" in timings:
             drafted, accepted = 0, 0    # llama-server omits them when nothing was drafted
-        return Completion(tokens, reason, drafted, accepted)
+        text = choice.get("content") if isinstance(choice.get("content"), str) else None
+        return Completion(tokens, reason, drafted, accepted,
+                          logprobs=llamacpp_logprobs(choice.get("completion_probabilities"),
+                                                     where), text=text)
+
+
+def llamacpp_logprobs(entries, where: str) -> tuple | None:
+    """`completion_probabilities` (n_probs > 0, post_sampling_probs off: tools/server/
+    server-task.cpp probs_vector_to_json): per token {id, logprob, top_logprobs: [{id,
+    logprob}]} as Completion.logprobs; None when absent."""
+    if not isinstance(entries, list):
+        return None
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or "logprob" not in e:
+            raise BadResponse(f"{where}: a completion_probabilities entry without logprob: "
+                              f"{str(e)[:200]} (post_sampling_probs must be off)")
+        tops = tuple((int(t["id"]), float(t["logprob"])) for t in e.get("top_logprobs") or ())
+        out.append((float(e["logprob"]), tops))
+    return tuple(out)
 
 
 DIALECT = LlamaCpp(

@@ -32,12 +32,32 @@ class Transformers(Dialect):
                   "top_k": req.sampling.top_k, "top_p": req.sampling.top_p}
         if sampling:
             config["temperature"] = req.sampling.temperature
+        config.update(self.shaping(req.sampling))
         config.update(self.generation_config)
         body = {"model": model, "prompt": tokenizer.decode(req.prompt),
                 "max_tokens": req.max_tokens, "generation_config": json.dumps(config)}
         if req.sampling.seed is not None:
             body["seed"] = req.sampling.seed
+        if req.sampling.stop_strings:
+            # cli/serving/completion.py: `stop` becomes generation_config.stop_strings
+            body["stop"] = list(req.sampling.stop_strings)
         return body
+
+    @staticmethod
+    def shaping(s) -> dict:
+        """repetition_penalty, min_p and the logit bias as generation-config fields
+        (generation/utils.py _get_logits_processor: sequence_bias, RepetitionPenalty, then the
+        sampling warpers with MinP after TopP; properties/formulas.py, TRANSFORMERS). Presence,
+        frequency and logprobs have no field here (formulas.UNSUPPORTED): never sent."""
+        config = {}
+        if s.repetition_penalty != 1.0:
+            config["repetition_penalty"] = s.repetition_penalty
+        if s.min_p:
+            config["min_p"] = s.min_p
+        if s.logit_bias:
+            # one-token sequences: SequenceBiasLogitsProcessor's list form [[ids], bias]
+            config["sequence_bias"] = [[[t], b] for t, b in s.logit_bias]
+        return config
 
     def with_generation_config(self, config: dict) -> "Transformers":
         return replace(self, generation_config=dict(config))

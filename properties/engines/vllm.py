@@ -11,10 +11,12 @@ machine (1 is plenty for the kit's models); start-up takes one to two minutes on
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from properties.adapters.dialects import Dialect, read_prometheus
+from properties.adapters.dialects import Dialect, prometheus_counters
+from properties.adapters.protocol import BadResponse
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
 
@@ -40,6 +42,30 @@ DRAFTED = ("vllm:spec_decode_num_draft_tokens_total",)
 ACCEPTED = ("vllm:spec_decode_num_accepted_tokens_total",)
 # rounds with a draft: with requests of max_tokens 2, requests whose second token was speculated
 ROUNDS = ("vllm:spec_decode_num_drafts_total",)
+# accepted tokens by draft position, one sample per label position="0" .. "k-1"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+def accepted_per_position(text: str, name: str = PER_POSITION) -> tuple | None:
+    """Accepted tokens by draft position (position 1 first) from a Prometheus page: the
+    samples of counter `name` by their `position` label, summed over the other labels; None
+    when the page has none."""
+    found: dict = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith(name + "{"):
+            continue
+        labels, _, value = line.rpartition("}")
+        match = re.search(r'position="(\d+)"', labels)
+        if match is None:
+            raise BadResponse(f"/metrics: {name} without a position label: {line[:200]!r}")
+        try:
+            found[int(match.group(1))] = found.get(int(match.group(1)), 0.0) + float(value)
+        except ValueError:
+            raise BadResponse(f"/metrics: cannot read the value of {line[:200]!r}") from None
+    if not found:
+        return None
+    return tuple(found.get(i, 0.0) for i in range(max(found) + 1))
 
 
 @dataclass(frozen=True)
@@ -49,17 +75,31 @@ class VLLM(Dialect):
     names each setting (its CompletionRequest): `neutral` names them."""
 
     name: str = "vllm"
+    # Drafts are the draft model's argmax and the rejection sampler treats them as one-hot
+    # (q = 1), accepting x with probability p(x): vllm/config/speculative.py,
+    # draft_sample_method defaults to "greedy" (the kit's command lines leave it so);
+    # vllm/v1/spec_decode/llm_base_proposer.py, _sample_draft_tokens returns the argmax and no
+    # draft probabilities then; vllm/v1/sample/rejection_sampler.py,
+    # rejection_random_sample_kernel sets draft_prob = 1 when NO_DRAFT_PROBS (vLLM 0.32.0).
+    draft_proposals: str = "greedy"
 
     def counters(self, client):
-        return read_prometheus(client, DRAFTED, ACCEPTED, rounds=ROUNDS)
+        text = client.get_root_text("/metrics")
+        found = prometheus_counters(text, DRAFTED, ACCEPTED, rounds=ROUNDS)
+        if found is None:
+            raise BadResponse(f"{client.url}: /metrics has no speculative-decoding counters "
+                              f"({DRAFTED[0]}, {ACCEPTED[0]})")
+        return replace(found, accepted_per_position=accepted_per_position(text))
 
 
 DIALECT = VLLM(
     neutral={"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
              "min_p": 0.0, "ignore_eos": True, "skip_special_tokens": False,
              "include_stop_str_in_output": False},
-    stop_in_ids=True, stop_in_text=False, honours_n=True,
+    stop_in_ids=True, stop_in_text=False, honours_n=True, stop_string_in_ids=True,
     notes=("a matched stop id ends token_ids but is left out of text",
+           "a matched stop string: its tokens end token_ids, the text is cut before it",
+           "penalties, min_p, logit_bias, stop and logprobs of a request override `neutral`",
            "top_k=0 in the kit means off; vLLM takes 0 or -1 for off"))
 
 
