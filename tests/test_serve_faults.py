@@ -107,10 +107,21 @@ def test_output_past_a_stop_id_fails():
 
 
 def test_ignored_seed_is_reported_as_such():
+    case = ServedCase((1, 2, 3), 12, SamplingParams(temperature=1.0, seed=3))
     with FakeServer("ignore_seed") as fake:
-        with pytest.raises(PropertyFailure, match="ignores `seed`: two requests with seed=3"):
-            case = ServedCase((1, 2, 3), 12, SamplingParams(temperature=1.0, seed=3))
+        with pytest.raises(PropertyFailure, match="ignores `seed` \\(no baseline server.*"
+                                                  "two requests with seed=3"):
             checks.check_seed(served(fake), case)
+    # the failure's pattern names whether the engine without speculation replays the seed
+    with FakeServer("ignore_seed") as fake, FakeServer() as good:
+        impl = served(fake)
+        impl.baseline = Client(good.url)
+        with pytest.raises(PropertyFailure, match="ignores `seed` under speculation only "
+                                                  "\\(the baseline server.* replays it"):
+            checks.check_seed(impl, case)
+        impl.baseline = Client(fake.url)
+        with pytest.raises(PropertyFailure, match="with and without speculation"):
+            checks.check_seed(impl, case)
 
 
 def test_fixed_seed_is_reported_as_such_not_as_a_distribution_failure():

@@ -78,6 +78,16 @@ def test_signature_is_the_first_exception_without_numbers():
            "ERROR [core.py:3] EngineDeadError: EngineCore encountered an issue\n")
     assert signature(log) == "RuntimeError: index -N is out of bounds for dim N"
     assert signature("terminate called after throwing\n") == "terminate called after throwing"
+    # with its traceback, the signature names the frame that raised it
+    traced = ('ERROR [m.py:1] Traceback (most recent call last):\n'
+              'ERROR [m.py:1]   File "/x/vllm/v1/sample/rejection_sampler.py", line 5, in forward\n'
+              'ERROR [m.py:1]     y = apply(x)\n'
+              'ERROR [m.py:1]   File "/x/vllm/v1/sample/ops/topk_topp_sampler.py", line 529, in '
+              'apply_top_k_only\n'
+              'ERROR [m.py:1]     m = x.max()\n'
+              'ERROR [m.py:1] RuntimeError: max(): Expected reduction dim\n')
+    assert signature(traced) == ("RuntimeError: max(): Expected reduction dim in "
+                                 "topk_topp_sampler.py:apply_top_k_only")
 
 
 def kit_run(tmp_path, method, families):
@@ -118,16 +128,17 @@ def _summary(failures):
 
 def test_known_failures_never_make_a_run_conformant(tmp_path):
     known_file = tmp_path / "known.txt"
-    known_file.write_text("# version | method | test | cause | script\n"
-                          "1.0 | m | properties/t.py::test_a | died.*top_k | findings/x.py\n"
-                          "2.0 | m | properties/t.py::test_b | . | findings/y.py\n")
+    known_file.write_text("# version | method | test | cause | script | confirmed\n"
+                          "1.0 | m | properties/t.py::test_a | died.*top_k | findings/x.py | "
+                          "run of 2026-12-03\n"
+                          "2.0 | m | properties/t.py::test_b | Expected reduction | findings/y.py | run\n")
     known = run.read_known(known_file, "1.0", "m")
     assert [k.test for k in known] == ["properties/t.py::test_a"]
     spec = {"drafted": 10}
     only_known = _summary({"properties/t.py::test_a[x]": "the server died (top_k)"})
     outcome = run.judge(only_known, known, True, spec)
     assert outcome.verdict == "NOT CONFORMANT" and "all failures known" in outcome.text
-    assert outcome.exit == 0
+    assert outcome.exit == 0 and outcome.known == {"properties/t.py::test_a[x]": "findings/x.py"}
     assert run.judge(only_known, known, False, spec).exit == 1
     other_cause = _summary({"properties/t.py::test_a": "a law mismatch"})
     assert run.judge(other_cause, known, True, spec).exit == 1   # a new failure
@@ -136,6 +147,15 @@ def test_known_failures_never_make_a_run_conformant(tmp_path):
     with pytest.raises(ValueError, match="expected 'VERSION"):
         bad = tmp_path / "bad.txt"
         bad.write_text("1.0 | m\n")
+        run.read_known(bad, "1.0", "m")
+    # a cause in the kit's own words would count any new defect of that kind as this one
+    for generic in ("speculation changes the law", "ignores `seed`", "has probability 0",
+                    r"server died at a request \(RuntimeError"):
+        bad.write_text(f"1.0 | m | properties/t.py::test_a | {generic} | x.py | run\n")
+        with pytest.raises(ValueError, match="generic wording"):
+            run.read_known(bad, "1.0", "m")
+    bad.write_text("1.0 | m | properties/t.py::test_a | Expected reduction | x.py | \n")
+    with pytest.raises(ValueError, match="expected 'VERSION|confirmed"):
         run.read_known(bad, "1.0", "m")
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+
+import numpy as np
 from dataclasses import replace
 
 from properties import statistics
@@ -220,11 +222,71 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
         mismatch = law_mismatch("the outputs", result, the_plan, len(law),
                                 temperature=case.sampling.temperature, top_k=case.sampling.top_k,
                                 top_p=case.sampling.top_p, L=case.max_tokens)
+        where = where_off(observed, law)
+        if where:
+            mismatch = f"{mismatch}\noff {where}"
         if impl.baseline is not None:
             fail(impl, prop, CHECK_SEQUENCE, case,
                  _against_baseline(impl, case, law, observed, the_plan.n, mismatch))
         fail(impl, prop, CHECK_SEQUENCE, case, mismatch)
     return result
+
+
+def by_position(observed: Counter, law: dict) -> tuple[float, float] | None:
+    """Where a law failure lies (a description, not a further check: no alpha is spent): the
+    first token, which the prefill samples without speculation, against its exact marginal;
+    and the later tokens, which speculation verifies, against their exact conditional laws
+    given the first (chi-square statistics of every first token's conditional added up)."""
+    from scipy.stats import chi2
+    if not law or max(len(o) for o in law) < 2:
+        return None
+
+    def statistic(counts: dict, probs: dict) -> tuple[float, int]:
+        n = sum(counts.values())
+        keys = list(probs)
+        expected = np.array([n * probs[k] for k in keys])
+        groups = statistics.pool_cells(expected, None, statistics.MIN_EXPECTED)
+        obs = np.array([sum(counts.get(keys[i], 0) for i in g) for g in groups], float)
+        exp = np.array([expected[g].sum() for g in groups])
+        extra = n - obs.sum()          # outcomes the exact law gives probability 0
+        if extra:
+            return math.inf, max(len(groups) - 1, 1)
+        return float(((obs - exp) ** 2 / np.where(exp > 0, exp, 1)).sum()), len(groups) - 1
+
+    marginal: dict = {}
+    for o, pr in law.items():
+        marginal[o[:1]] = marginal.get(o[:1], 0.0) + pr
+    first = Counter()
+    for o, c in observed.items():
+        first[o[:1]] += c
+    stat, df = statistic(first, marginal)
+    p_first = 1.0 if df < 1 else float(chi2.sf(stat, df))
+    total, dof = 0.0, 0
+    for head, mass in marginal.items():
+        rest = {o: pr / mass for o, pr in law.items() if o[:1] == head and len(o) > 1}
+        seen = {o: c for o, c in observed.items() if o[:1] == head and len(o) > 1}
+        if not rest or not seen:
+            continue
+        stat, df = statistic(seen, rest)
+        total, dof = total + stat, dof + max(df, 0)
+    p_later = 1.0 if dof < 1 else float(chi2.sf(total, dof))
+    return p_first, p_later
+
+
+def where_off(observed: Counter, law: dict) -> str:
+    """The failure's pattern by position, in words fit for a cause line ("" for one token)."""
+    split = by_position(observed, law)
+    if not split:
+        return ""
+    p_first, p_later = split
+    first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
+    state = {(True, False): "in the tokens after the first only",
+             (False, True): "in the first token only",
+             (False, False): "in the first token and in the tokens after it",
+             (True, True): "in the joint law only"}[first_ok, later_ok]
+    return (f"{state} (the first token, sampled by the prefill, against its exact marginal: "
+            f"p = {p_first:.3g}; the tokens after it, verified under speculation, against their "
+            f"exact laws given the first: p = {p_later:.3g})")
 
 
 def two_sample(a: Counter, b: Counter, min_count: int = 10) -> float:
@@ -257,7 +319,9 @@ def _against_baseline(impl, case, law, observed, n, mismatch) -> str:
     p_two = two_sample(observed, base)
     same = p_two >= statistics.ALPHA
     if base_result.passed:
-        return (f"speculation changes the law: the baseline server ({impl.baseline.url}, the "
+        where = where_off(observed, law)
+        return (f"speculation changes the law{' ' + where if where else ''}: the baseline "
+                f"server ({impl.baseline.url}, the "
                 f"same engine without speculation) samples the exact law (p = "
                 f"{base_result.p_value:.3g}), the speculating server does not; speculating vs "
                 f"baseline samples, two-sample chi-square: p = {p_two:.3g}\n{mismatch}")
@@ -288,15 +352,32 @@ def check_seed(impl, case: ServedCase):
     other, = _complete(impl, prop, case, _request(case, seed=seed + 1))
     if first.tokens != again.tokens:
         fail(impl, prop, CHECK_SEED, case,
-             f"the server ignores `seed`: two requests with seed={seed}, one after the other, "
-             f"returned {list(first.tokens)} and {list(again.tokens)}. Sampling checks stay "
-             f"valid (they need independent samples only), but a failing example will not "
-             f"replay exactly.")
+             f"the server ignores `seed`{_baseline_seed(impl, case)}: two requests with "
+             f"seed={seed}, one after the other, returned {list(first.tokens)} and "
+             f"{list(again.tokens)}. Sampling checks stay valid (they need independent samples "
+             f"only), but a failing example will not replay exactly.")
     chance = _probability(case.prompt, list(first.tokens), case)
     if other.tokens == first.tokens and chance < 1e-6:
         fail(impl, prop, CHECK_SEED, case,
              f"the server ignores `seed`: seeds {seed} and {seed + 1} both returned "
              f"{list(first.tokens)}, an output of exact probability {chance:.3g}")
+
+
+def _baseline_seed(impl, case) -> str:
+    """Whether the baseline server (no speculation) replays the same seed: the failure's
+    pattern, in words for its cause line (a seed lost only under speculation is a defect of
+    speculation; one the engine loses anyway is not)."""
+    if impl.baseline is None:
+        return " (no baseline server to compare with)"
+    try:
+        a, b = (impl.baseline.complete(_request(case))[0] for _ in range(2))
+    except ServedError as exc:
+        return f" (the baseline server could not be asked: {exc})"
+    if a.tokens == b.tokens:
+        return (" under speculation only (the baseline server, the same engine without "
+                f"speculation, replays it: {list(a.tokens)} twice)")
+    return (" with and without speculation (the baseline server does not replay it either: "
+            f"{list(a.tokens)}, then {list(b.tokens)})")
 
 
 def _complete(impl, prop, case, request):

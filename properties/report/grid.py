@@ -32,12 +32,15 @@ def cell(run: dict, family: str) -> tuple[str, str]:
     entry = run.get("summary", {}).get(family)
     if not entry:
         return "none", "-"
-    known = [n for n in entry["failures"] if any(k["test"] == n.split("[")[0]
-                                                  for k in run.get("known", []))]
-    if entry["failed"] and len(known) == entry["failed"]:
+    # "known" exactly when the run's verdict counted every failure of the family as known
+    # (test id and cause matched an entry for this version and method)
+    matched = run.get("known_matched", {})
+    if entry["failed"] and all(n in matched for n in entry["failures"]):
         return "known", f"known ({entry['failed']})"
     if entry["failed"]:
         return "failed", f"FAILED ({entry['failed']})"
+    if entry.get("not_shown"):
+        return "n/a", f"NOT SHOWN ({entry['not_shown']})"
     if entry["passed"]:
         return "passed", f"passed ({entry['passed']})"
     reason = entry["reasons"][0] if entry.get("reasons") else "not applicable"

@@ -40,6 +40,7 @@ class ServerDied(BaseException):
 
 _EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Fault)): (.+)")
 _CHATTER = re.compile(r"\b(WARNING|INFO|DEBUG)\b")   # advice and progress, not the crash
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 _FATAL = re.compile(r"(?i)\b(abort(ed)?|segmentation fault|core dumped|assert(ion)? failed|"
                     r"terminate called|fatal)\b.*")
 
@@ -48,12 +49,18 @@ def signature(log_text: str) -> str:
     """The crash's first exception with a message (the root cause comes first in a log; later
     lines are its consequences, e.g. 'EngineDeadError'), or the first fatal line, without
     numbers (one signature per way of dying)."""
-    found = ""
+    found, frame = "", ""
     lines = [line for line in log_text.splitlines() if not _CHATTER.search(line)]
-    for line in lines:
+    for i, line in enumerate(lines):
         match = _EXCEPTION.search(line)
         if match:
             found = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+            # the innermost frame of its traceback, if the log has one: where it was raised
+            for earlier in reversed(lines[max(0, i - 6):i]):
+                where = _FRAME.search(earlier)
+                if where:
+                    frame = f" in {where.group(1).rsplit('/', 1)[-1]}:{where.group(2)}"
+                    break
             break
     if not found:
         for line in lines:
@@ -62,7 +69,7 @@ def signature(log_text: str) -> str:
                 found = match.group(0)
                 break
     found = re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?", "N", found).strip()
-    return found[:300] or "no error line in the server's log"
+    return (found[:300] + frame) if found else "no error line in the server's log"
 
 
 @dataclass

@@ -37,35 +37,64 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class Known:
-    """One known failure: engine version, method, the failing test, what its cause says, and
-    the standalone script that reproduces it."""
+    """One known failure: engine version, method, the failing test, the defect's signature
+    (a regex on the failure's cause), the standalone script that reproduces it, and the run
+    that confirmed it (date, version)."""
 
     version: str
     method: str
     test: str
     pattern: str
     script: str
+    confirmed: str
 
     def matches(self, nodeid: str, cause: str) -> bool:
         return (nodeid == self.test or nodeid.split("[", 1)[0] == self.test) and bool(
             re.search(self.pattern, cause or ""))
 
 
+# The kit's own words for a kind of failure. An entry whose cause pattern matches one of them
+# by itself would also match any new defect of that kind: it must name the defect's signature
+# (the crash's exception and frame; the outcome pattern its reproduction shows) instead.
+GENERIC_CAUSES = (
+    "speculation changes the law", "the server ignores `seed`",
+    "position 0: token 5 has probability 0 under the sampler (top_k=0, top_p=1.0)",
+    "the server died at a request (RuntimeError: something)",
+    "server died at a request (ValueError: x)", "the server failed a request: HTTP 500",
+    "the outputs are not distributed as the target's sampling",
+)
+
+FIELDS = "VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT | CONFIRMED BY (date, run)"
+
+
 def read_known(path, version: str, method: str) -> list[Known]:
     """The entries of a known-failures file for this engine version and method.
 
-    Each entry is one line: VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT, the fields
-    separated by " | " ('#' starts a comment line)."""
+    Each entry is one line: VERSION | METHOD | TEST ID | CAUSE REGEX | SCRIPT | CONFIRMED,
+    the fields separated by " | " ('#' starts a comment line). A cause regex that matches the
+    kit's generic wording alone is refused (it would hide a new defect of the same kind)."""
     entries = []
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         text = "" if line.lstrip().startswith("#") else line.strip()
         if not text:
             continue
         parts = [p.strip() for p in text.split(" | ")]   # a regex may hold "|" itself
-        if len(parts) != 5:
-            raise ValueError(f"{path}:{number}: expected 'VERSION | METHOD | TEST | CAUSE REGEX "
-                             f"| SCRIPT', got {line!r}")
+        if len(parts) != 6:
+            raise ValueError(f"{path}:{number}: expected '{FIELDS}', got {line!r}")
         entry = Known(*parts)
+        try:
+            generic = [g for g in GENERIC_CAUSES if re.search(entry.pattern, g)]
+        except re.error as exc:
+            raise ValueError(f"{path}:{number}: cause regex {entry.pattern!r}: {exc}") from None
+        if generic:
+            raise ValueError(f"{path}:{number}: cause regex {entry.pattern!r} matches the kit's "
+                             f"generic wording {generic[0]!r}: name the defect's own signature "
+                             f"(the crash's exception and frame, or the outcome pattern its "
+                             f"reproduction shows), so that a new defect is never counted as "
+                             f"this one")
+        if not entry.confirmed:
+            raise ValueError(f"{path}:{number}: name the run that confirmed the entry (date, "
+                             f"version)")
         if entry.version in (version, "*") and entry.method in (method, "*"):
             entries.append(entry)
     return entries
@@ -127,6 +156,7 @@ class Outcome:
     text: str
     exit: int
     summary: dict = field(default_factory=dict)
+    known: dict = field(default_factory=dict)   # failing test id -> the entry's script
 
 
 def judge(summary: dict, known: list[Known], known_given: bool, speculation: dict) -> Outcome:
@@ -136,16 +166,17 @@ def judge(summary: dict, known: list[Known], known_given: bool, speculation: dic
                 for entry in summary["families"].values() for nodeid in entry["failures"]]
     new = [(n, c) for n, c in failures if not any(k.matches(n, c) for k in known)]
     old = [(n, c) for n, c in failures if (n, c) not in new]
+    matched = {n: next(k.script for k in known if k.matches(n, c)) for n, c in old}
     ran = speculation.get("drafted", 0) > 0
     if summary["verdict"] == "INCOMPLETE" and not failures:
         return Outcome("INCOMPLETE", summary["verdict_text"], 2)
     if new:
         return Outcome("NOT CONFORMANT", f"NOT CONFORMANT: {len(new)} failure(s) not known"
-                       + (f", {len(old)} known" if old else ""), 1)
+                       + (f", {len(old)} known" if old else ""), 1, known=matched)
     if old:
         text = (f"NOT CONFORMANT (all failures known: {len(old)}, listed in the known-failures "
                 f"file)")
-        return Outcome("NOT CONFORMANT", text, 0 if known_given else 1)
+        return Outcome("NOT CONFORMANT", text, 0 if known_given else 1, known=matched)
     if summary["verdict"] == "NOT SHOWN":
         return Outcome("NOT SHOWN", summary["verdict_text"], 1)
     if summary["verdict"] != "CONFORMANT":
@@ -235,7 +266,7 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                       summary=_families(summary), restarts=launcher.restarts,
                       deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
-                      known=[k.__dict__ for k in known])
+                      known=[k.__dict__ for k in known], known_matched=outcome.known)
     except LaunchError as exc:
         say(f"error: {exc}")
         record.update(verdict="SETUP", verdict_text=str(exc).splitlines()[0])
@@ -322,25 +353,9 @@ def markdown(runs) -> str:
     lines = ["| engine | version | method | date | " + " | ".join(families) +
              " | drafted / accepted | speed-up | verdict |",
              "|" + " --- |" * (len(families) + 7)]
+    from properties.report.grid import cell
     for r in runs:
-        cells = []
-        for f in families:
-            e = r.get("summary", {}).get(f)
-            if not e:
-                cells.append("-")
-                continue
-            known = [n for n in e["failures"] if any(k["test"] == n.split("[")[0]
-                                                     for k in r.get("known", []))]
-            if e["failed"] and len(known) == e["failed"]:
-                cells.append(f"known ({e['failed']})")
-            elif e["failed"]:
-                cells.append(f"FAILED ({e['failed']})")
-            elif e["passed"]:
-                cells.append(f"passed ({e['passed']})")
-            else:
-                reason = e["reasons"][0] if e["reasons"] else "not applicable"
-                cells.append(reason[:70] if reason.startswith(("not applicable", "cannot judge"))
-                             else f"cannot judge: {reason[:60]}")
+        cells = [cell(r, f)[1] for f in families]
         s = r.get("speculation") or {}
         sp = r.get("speed") or {}
         lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
