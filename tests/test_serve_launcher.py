@@ -88,6 +88,11 @@ def test_signature_is_the_first_exception_without_numbers():
               'ERROR [m.py:1] RuntimeError: max(): Expected reduction dim\n')
     assert signature(traced) == ("RuntimeError: max(): Expected reduction dim in "
                                  "topk_topp_sampler.py:apply_top_k_only")
+    # a parent relaying its worker's failure is not the cause; the worker's own line is
+    relayed = ("ERROR [core.py:1] RuntimeError: Worker failed with error 'CPU Generator does "
+               "not use offset', please check the stack trace above\n"
+               "ERROR [w.py:1] RuntimeError: CPU Generator does not use offset\n")
+    assert signature(relayed) == "RuntimeError: CPU Generator does not use offset"
 
 
 def kit_run(tmp_path, method, families):

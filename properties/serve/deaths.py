@@ -40,6 +40,9 @@ class ServerDied(BaseException):
 
 _EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Fault)): (.+)")
 _CHATTER = re.compile(r"\b(WARNING|INFO|DEBUG)\b")   # advice and progress, not the crash
+# "Worker failed with error '...'": a parent process relaying a worker's exception, which the
+# log shows (with its traceback) elsewhere
+_WRAPPED = re.compile(r"failed with error '")
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 _FATAL = re.compile(r"(?i)\b(abort(ed)?|segmentation fault|core dumped|assert(ion)? failed|"
                     r"terminate called|fatal)\b.*")
@@ -55,6 +58,8 @@ def signature(log_text: str) -> str:
         match = _EXCEPTION.search(line)
         if match:
             found = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+            if _WRAPPED.search(found):
+                continue    # a process reporting another's failure: the root cause comes next
             # the innermost frame of its traceback, if the log has one: where it was raised
             for earlier in reversed(lines[max(0, i - 6):i]):
                 where = _FRAME.search(earlier)
@@ -162,7 +167,7 @@ class Watchdog:
             time.sleep(0.5)
         self.dead = True
         log = str(self.server.log_path) if self.server is not None else None
-        sig = signature(self.server.log_tail(20000)) if self.server is not None else (
+        sig = signature(self.server.log_tail(400_000)) if self.server is not None else (
             f"no answer at {self.health_url} after {type(error).__name__}")
         death = self.registry.add(Death(url, body, str(error), sig, log, self.test))
         same = ("" if death.same_as is None else
