@@ -1,0 +1,178 @@
+"""The "served_batch" checks against fake servers: the correct fake passes all three, and each
+mutant of tests/mutants/served_batch.py (correct alone, wrong only under concurrency) is rejected
+by exactly the check meant for it, with a message that says what moved."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+
+from properties import engines, statistics
+from properties.adapters.client import Client
+from properties.adapters.served import make_impl
+from properties.cases import ServedCase
+from properties.checks import served as served_checks
+from properties.checks import served_batch as checks
+from properties.engines.fake_server import FakeServer
+from properties.harness import PropertyFailure
+from properties.test_served_batch import MIXED, SEEDED, batches, pairs
+from reference.sampling import SamplingParams
+from tests.mutants.served_batch import (Batching, FlipsClosestCall, SharedBatchState,
+                                        SlotSeeded)
+
+# One draw per row (L = 1, temperature 1.3): the pair's law has 1024 cells and costs nothing to
+# enumerate; rows sharing their uniforms move it by TV ~0.38.
+PAIR = (ServedCase((3, 9, 27, 3, 9), 1, SamplingParams(temperature=1.3)),
+        ServedCase((30, 1, 17), 1, SamplingParams(temperature=1.3)))
+# The self-test sizes the independence check for TV 0.4 (n ~ 110 pairs, not ~450): the false-alarm
+# rate stays ALPHA, and shared uniforms give a chi-square far above the critical value even so.
+DELTA = 0.4
+
+
+def served(fake, baseline=None):
+    """The served Impl as a run without --served-engine gets it (a probing dialect)."""
+    impl = make_impl("openai:" + fake.url)
+    impl.client.dialect = engines.unknown_dialect()
+    impl.baseline = Client(baseline.url) if baseline is not None else None
+    return impl
+
+
+def run(check, impl):
+    """None if `check` passes on its canonical example, else the failure's message."""
+    try:
+        if check == "greedy":
+            checks.check_batch_greedy(impl, MIXED)
+        elif check == "seed":
+            checks.check_batch_seed(impl, SEEDED)
+        else:
+            checks.check_batch_independence(impl, PAIR, delta=DELTA)
+    except PropertyFailure as failure:
+        return str(failure)
+    return None
+
+
+@pytest.mark.parametrize("server", [FakeServer, Batching])
+def test_correct_server_passes_every_batch_check(server):
+    with server() as fake, FakeServer() as base:
+        impl = served(fake, baseline=base)
+        for check in ("greedy", "seed", "independence"):
+            assert run(check, impl) is None, check
+        if server is Batching:   # the canonical batches were in flight together
+            assert max(fake.batch_sizes) >= checks.MIN_BATCH
+
+
+# What each mutant's failure must say: the property, the request, both outputs, the batch.
+EXPECTED = {
+    "greedy": (FlipsClosestCall, [r"a greedy request answered inside a concurrent batch",
+                                  r"request #\d+ \(greedy, prompt", r"differs at position \d+, "
+                                  r"which is no tie", r"alone: +\[", r"inside the batch: \[",
+                                  r"6 requests sent at once", r"#5: greedy, prompt \[7, 7, 7, 7\]"]),
+    "independence": (SharedBatchState, [r"not distributed as two independent samples",
+                                        r"both rows gave their most likely output",
+                                        r"p = [0-9.e-]+ \(alpha = 2e-06\)",
+                                        r"4 pairs in flight per call"]),
+    "seed": (SlotSeeded, [r"output depends on the batch it lands in",
+                          r"request #\d+ \(sampled temperature=[0-9.]+ seed=\d+",
+                          r"alone \(twice\) and \[", r"keeps every seed of this batch",
+                          r"5 requests sent at once"]),
+}
+
+
+@pytest.mark.parametrize("meant", sorted(EXPECTED))
+def test_each_mutant_is_rejected_by_exactly_its_check(meant):
+    mutant, patterns = EXPECTED[meant]
+    with mutant() as fake, FakeServer() as base:
+        impl = served(fake, baseline=base)
+        verdicts = {check: run(check, impl) for check in ("greedy", "seed", "independence")}
+    message = verdicts.pop(meant)
+    assert message is not None, f"{mutant.__name__} passed check_batch_{meant}"
+    for pattern in patterns:
+        assert re.search(pattern, message), (pattern, message)
+    assert verdicts == {check: None for check in verdicts}, verdicts
+
+
+@pytest.mark.parametrize("mutant", [FlipsClosestCall, SharedBatchState, SlotSeeded])
+def test_mutants_are_correct_for_a_request_alone(mutant):
+    # the served families that send one request at a time see nothing wrong
+    with mutant() as fake:
+        impl = served(fake)
+        served_checks.check_greedy(impl, MIXED[0])
+        served_checks.check_seed(impl, SEEDED[0])
+        assert max(fake.batch_sizes) == 1
+
+
+def test_seeds_the_baseline_itself_moves_are_not_charged_to_speculation():
+    with FakeServer() as fake, SlotSeeded() as base:
+        impl = served(fake, baseline=base)
+        with pytest.raises(pytest.skip.Exception,
+                           match=r"(?s)not applicable: the baseline server itself.*does not keep "
+                                 r"a seed.*request #\d+ \(seed \d+\): alone \["):
+            checks.check_batch_seed(impl, SEEDED)
+
+
+def test_without_a_baseline_the_seed_check_says_so():
+    with SlotSeeded() as fake:
+        with pytest.raises(PropertyFailure, match=r"no baseline server was given \(--baseline"):
+            checks.check_batch_seed(served(fake), SEEDED)
+
+
+def test_a_seed_ignored_even_alone_is_reported_as_that():
+    with FakeServer("ignore_seed") as fake:
+        with pytest.raises(PropertyFailure,
+                           match=r"does not keep `seed` even for a request answered alone"):
+            checks.check_batch_seed(served(fake), SEEDED)
+
+
+def test_a_difference_on_a_tie_within_the_tolerance_passes():
+    # the mutant's flip is 1.2 logits wide (see its failure above); a tolerance of 2 logits makes
+    # it a tie, and both outputs are then greedy outputs of the target within that tolerance
+    batch = MIXED[:1] + MIXED[1:2] + MIXED[5:6] + MIXED[2:3]
+    with FlipsClosestCall() as fake:
+        impl = served(fake)
+        with pytest.raises(PropertyFailure, match="which is no tie"):
+            checks.check_batch_greedy(impl, batch)
+        impl.logit_tolerance = 2.0
+        checks.check_batch_greedy(impl, batch)
+
+
+def test_bad_batches_are_refused_naming_the_argument():
+    with FakeServer() as fake:
+        impl = served(fake)
+        with pytest.raises(ValueError, match="batch has 3 requests; .* at least 4"):
+            checks.check_batch_greedy(impl, MIXED[:3])
+        with pytest.raises(ValueError, match="batch must be a tuple of ServedCase"):
+            checks.check_batch_greedy(impl, list(MIXED))
+        with pytest.raises(ValueError, match="batch has no greedy request"):
+            checks.check_batch_greedy(impl, (SEEDED[0],) * 4)
+        with pytest.raises(ValueError, match="batch has no seeded sampled request"):
+            checks.check_batch_seed(impl, (MIXED[0], MIXED[4]) * 2)
+        with pytest.raises(ValueError, match=r"request #0 asks for n=2"):
+            checks.check_batch_seed(impl, (SEEDED[0].replace(n=2),) + SEEDED[1:])
+        with pytest.raises(ValueError, match="pair: request b must be sampled"):
+            checks.check_batch_independence(impl, (PAIR[0], MIXED[0]))
+        impl.client.concurrency = 4
+        with pytest.raises(ValueError, match=r"6 requests, but .* concurrency=4 .* not all be "
+                                             r"in flight together"):
+            checks.check_batch_greedy(impl, MIXED)
+
+
+def test_independence_plan_is_the_stated_one():
+    law_a, law_b = checks._law(PAIR[0]), checks._law(PAIR[1])
+    the_plan = statistics.plan(list(checks._product(law_a, law_b).values()), checks.DELTA_BATCH)
+    assert the_plan.alpha == statistics.ALPHA == 2e-6
+    assert the_plan.power >= statistics.POWER and the_plan.delta == 0.2
+    assert 300 <= the_plan.n <= 500
+
+
+@given(greedy=batches("greedy"), seeded=batches("seeded"), pair=pairs())
+@settings(max_examples=10, deadline=None)
+def test_drawn_examples_are_valid_batches(greedy, seeded, pair):
+    client = Client("http://127.0.0.1:9/v1")
+    for batch in (greedy, seeded):
+        checks.validate_batch(batch, client)
+    assert greedy[0].sampling.greedy and not greedy[1].sampling.greedy
+    assert checks.seeded(seeded[0]) and seeded[0].max_tokens >= 6 and seeded[1].sampling.greedy
+    checks.validate_batch(pair, client, "pair", smallest=2)
+    assert pair[0].prompt != pair[1].prompt and pair[0].max_tokens <= 2
