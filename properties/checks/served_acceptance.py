@@ -1,0 +1,329 @@
+"""The served family "served_acceptance": under sampling, the engine's own acceptance counters
+against the exact expectation of its draft's acceptance.
+
+The design makes each completion one drafting round. A sampled request of max_tokens L gets its
+first token t0 from the prefill; one round of proposals follows from (prompt, t0):
+
+    "full" schedule (vLLM)        L = 2: the round drafts k, also past max_tokens
+    "capped" schedule (llama.cpp) L = 3: the round drafts the tokens still wanted after its
+                                  bonus token, min(k, 3 - 1 - 1) = 1 (at L = 2 it drafts none:
+                                  tools/server/server-context.cpp, get_n_draft_max caps the
+                                  draft at n_remaining - 1)
+
+and the round leaves nothing to draft for (at least L tokens, or none wanted after the bonus).
+Given each completion's observed t0, its accepted count A has an exact law computed from the
+kit's models (properties.acceptance_sampled); the rounds are independent given their t0, so
+the engine's total accepted has the exact law of the sum (a convolution), and is tested two-
+sided against it. Conditioning on t0 is sound: t0 is decided before the round, and nothing
+after it is conditioned on (the tokens the round commits are not).
+
+The convention of the proposals, from the engines' sources:
+    vLLM 0.32.0   greedy: the draft's argmax, treated as one-hot by the rejection sampler
+                  (vllm/config/speculative.py draft_sample_method="greedy" by default;
+                  v1/spec_decode/llm_base_proposer.py _sample_draft_tokens; v1/sample/
+                  rejection_sampler.py rejection_random_sample_kernel, draft_prob = 1)
+    llama.cpp     greedy: draft-simple proposes the top candidate of a top-k 10 sampler
+                  (common/speculative.cpp, common_speculative_impl_draft_simple::draft,
+                  cur_p->data[0]); the target samples its own token at each position and keeps
+                  the draft while they agree (common/sampling.cpp,
+                  common_sampler_sample_and_accept_n): P(accept x) = p(x)
+An engine's dialect declares it as `draft_proposals`; where it does not, both conventions are
+tried and the check passes when one fits (each alone at the check's level, so a correct engine
+still fails with chance at most alpha); the result says which fitted.
+
+Counts judged:
+    drafted     exactly the schedule's count per round (k or capped), in total, per response
+                where the engine reports per response, and one round per completion where it
+                counts rounds (vLLM's spec_decode_num_drafts)
+    accepted    the total, exact two-sided test at level ALPHA / 2
+    by position where the engine counts accepted tokens by draft position (vLLM's
+                spec_decode_num_accepted_tokens_per_pos): the number of rounds accepting
+                position i is a sum of independent Bernoulli(P(A >= i)), tested exactly at
+                level ALPHA / (2 k) each; the positions add up to the total accepted
+By the union bound the check's false-alarm rate is at most statistics.ALPHA = 2e-6.
+
+Sample size (power against the design deviation): an engine whose acceptance rate per drafted
+token is off by DELTA_ACCEPTANCE = 0.05 (absolute) shifts the total accepted of N rounds of n
+proposals by 0.05 n N, while its standard deviation is sqrt(N v), v = E over t0 of
+Var[A | prompt, t0] (t0 drawn from the target's law after the prompt: the same exact variances
+the test uses). The two-sided z-test at level ALPHA / 2 = 1e-6 detects that with power
+Phi(0.05 n sqrt(N) / sqrt(v) - z_{1 - 5e-7}) >= POWER = 0.99 when
+
+    N >= (z_{1 - 5e-7} + z_{0.99})^2 v / (0.05 n)^2 = (4.892 + 2.326)^2 v / (0.05 n)^2
+      = 52.1 v / (0.05 n)^2,
+
+at least MIN_SAMPLES. Worked example (the family's first canonical case: prompt
+(3, 9, 27, 3, 9, 27), temperature 1, no filters; vLLM's k = 4 greedy proposals of the early-exit
+draft): v = 0.997, so N = 52.1 * 0.997 / 0.2^2 = 1299 completions; llama.cpp's one capped
+proposal there: v = 0.017 (greedy), 0.040 (sampled), N = max(360, 833) = 833 for either
+convention. The variance is the null's; the exact test needs no approximation, the power does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from properties import acceptance_sampled as exact
+from properties import evidence, oracle, progress, statistics
+from properties.acceptance import SCHEDULES
+from properties.cases import ServedCase
+from properties.checks import served as served_checks
+from properties.harness import fail
+from properties.speculation import send
+from properties.adapters.protocol import Request, ServedError
+from reference.sampling import SamplingParams
+
+CHECK = "properties.checks.served_acceptance:check_sampled_acceptance"
+PROP = "served_acceptance: the engine's accepted counts under sampling equal the exact expectation"
+DRAFTS = ("perfect", "draft-early-exit", "draft-random")   # the kit has these models
+DELTA_ACCEPTANCE = 0.05    # design deviation: acceptance rate per drafted token, absolute
+MIN_SAMPLES = 200          # completions at least (the power's normal approximation needs many)
+DESIGN = {"full": 2, "capped": 3}   # max_tokens that make each completion one drafting round
+# Nodes of one round's draft tree the sampled convention may evaluate (two forwards each):
+# beyond it the check narrows top-k (a k-way tree of depth n - 1 has (k^n - 1) / (k - 1) nodes).
+MAX_TREE = 400
+PROBE_COMPLETIONS = 8      # an undeclared schedule is learned from this many
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the check saw: the convention(s) that fitted, the design and the counts."""
+
+    fitted: tuple
+    schedule: str
+    samples: int
+    drafted: float
+    accepted: float
+    expected: dict            # convention -> exact expected accepted total
+    p_values: dict            # convention -> p-value of the total
+    power: float
+
+
+def drafts_per_round(schedule: str, k: int, budget: int) -> int:
+    """Proposals of the round after a request's prefill token, the request wanting `budget`
+    tokens: k ("full"), or the tokens still wanted after the round's bonus ("capped")."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
+    return k if schedule == "full" else max(0, min(k, budget - 2))
+
+
+def rounds_of(prompt, completion, max_tokens: int, schedule: str, k: int) -> list:
+    """(context, proposals) of each drafting round of a completion of the one-round design.
+    A completion assembled from several requests (pieces, each from the prefix so far) had a
+    round after the prefill token of each piece that went on past it; with max_tokens at most
+    DESIGN[schedule] no piece has a second round (its first commits >= 2 of <= 2 tokens, or
+    leaves none to draft for)."""
+    pieces = completion.pieces or (len(completion.tokens),)
+    out, done = [], 0
+    for length in pieces:
+        n = drafts_per_round(schedule, k, max_tokens - done)
+        if length >= 2 and n > 0:
+            out.append((tuple(prompt) + tuple(completion.tokens[:done + 1]), n))
+        done += length
+    return out
+
+
+def conventions(impl) -> tuple:
+    declared = getattr(impl.client.dialect, "draft_proposals", None)
+    if declared is not None and declared not in exact.PROPOSALS:
+        raise ValueError(f"{impl.client.dialect.name} dialect: draft_proposals={declared!r}, "
+                         f"choose from {exact.PROPOSALS}")
+    return (declared,) if declared else exact.PROPOSALS
+
+
+def design(case: ServedCase, schedule: str, k: int, proposals: tuple) -> ServedCase:
+    """The case as the check sends it: max_tokens of the one-round design, no stop ids, and
+    top-k narrowed where the sampled convention's tree would pass MAX_TREE nodes."""
+    if case.sampling.temperature == 0:
+        raise ValueError(f"case={case!r}: served_acceptance samples (temperature > 0); greedy "
+                         f"counters are check_counters' (served_bounds)")
+    out = case.replace(max_tokens=DESIGN[schedule], stop_ids=())
+    n = drafts_per_round(schedule, k, DESIGN[schedule])
+    if "sampled" in proposals:
+        support = out.sampling.top_k or VOCAB
+        while support > 1 and exact.tree_nodes(n, support) > MAX_TREE:
+            support -= 1
+        if support < (out.sampling.top_k or VOCAB):
+            out = out.replace(top_k=support)
+    return out
+
+
+VOCAB = 32
+
+
+def t0_law(case: ServedCase) -> dict:
+    """The target's law of the prefill token: t0 -> probability."""
+    probs = case.sampling.probs(oracle.served_next_logits([case.prompt])[0])
+    return {t: float(p) for t, p in enumerate(probs) if p > 0}
+
+
+def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, float, float]:
+    """(N, v, n): completions needed for POWER at DELTA_ACCEPTANCE (the module's arithmetic),
+    the mean variance per round of the convention that needs most, proposals per round."""
+    n = drafts_per_round(schedule, impl.k, DESIGN[schedule])
+    law = t0_law(case)
+    contexts = [tuple(case.prompt) + (t,) for t in law]
+    worst_v = 0.0
+    for convention in proposals:
+        laws = exact.cached_round_laws(contexts, n, impl.draft, case.sampling, convention)
+        worst_v = max(worst_v, sum(p * r.var for p, r in zip(law.values(), laws)))
+    need = exact.samples_needed(worst_v, DELTA_ACCEPTANCE * n, statistics.ALPHA / 2,
+                                statistics.POWER) if n else MIN_SAMPLES
+    return max(MIN_SAMPLES, need), worst_v, n
+
+
+def _probe_schedule(impl, case: ServedCase) -> str:
+    """An undeclared schedule, from what the engine drafts for a few requests of max_tokens 2:
+    k per round ("full") or none ("capped")."""
+    client = impl.client
+    probe = case.replace(max_tokens=DESIGN["full"], stop_ids=())
+    requests = [Request(tuple(probe.prompt), probe.max_tokens,
+                        replace(probe.sampling, seed=probe.sampling.seed + 10_000 + i, n=1))
+                for i in range(PROBE_COMPLETIONS)]
+    try:
+        counted = client.dialect.count(client, requests)
+    except ServedError as exc:
+        fail(impl, PROP, CHECK, case, f"cannot read the engine's counters: {exc}")
+    done = [c for a in counted.answers for c in a]
+    fits = [s for s in SCHEDULES
+            if counted.drafted == sum(n for c in done
+                                      for _, n in rounds_of(probe.prompt, c, probe.max_tokens,
+                                                            s, impl.k))]
+    if not fits:
+        fail(impl, PROP, CHECK, case,
+             f"{counted.drafted:g} tokens drafted for {len(done)} completions of max_tokens 2: "
+             f"neither schedule drafts that many (full: k={impl.k} per completion; capped: "
+             f"none)")
+    return fits[0]
+
+
+def _counters(impl, case):
+    """The engine's server-wide counters now, where they count accepted tokens by position."""
+    dialect = impl.client.dialect
+    if dialect.per_response:
+        return None
+    try:
+        now = dialect.counters(impl.client)
+    except ServedError as exc:
+        fail(impl, PROP, CHECK, case, f"cannot read the engine's counters: {exc}")
+    return now if getattr(now, "accepted_per_position", None) is not None else None
+
+
+def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
+    proposals = conventions(impl)
+    schedule = impl.schedule or _probe_schedule(impl, case)
+    case = design(case, schedule, impl.k, proposals)
+    N, v, n = plan(impl, case, schedule, proposals)
+    power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)
+    the_plan = statistics.Plan(n=N, df=1, delta=DELTA_ACCEPTANCE, power=power,
+                               alpha=statistics.ALPHA)
+    evidence.planned(the_plan)
+    progress.planned(N)
+    statistics.checks_run += 1
+
+    before = _counters(impl, case)
+    try:
+        answers, seen = send(impl, served_checks.sampling_requests(impl.client, case, N))
+    except ServedError as exc:
+        fail(impl, PROP, CHECK, case, f"the server failed a request: {exc}")
+    after = _counters(impl, case) if before is not None else None
+    done = [c for a in answers for c in a]
+    for c in done:
+        problem = served_checks.bounds_violation(case, c)
+        if problem or len(c.tokens) != case.max_tokens:
+            fail(impl, PROP, CHECK, case, f"a sampled completion breaks the bounds: "
+                                          f"{problem or 'too short'}\nserved: {list(c.tokens)}")
+    if seen.drafted is None or seen.accepted is None:
+        fail(impl, PROP, CHECK, case, f"the engine reported no drafted/accepted counts for "
+                                      f"these requests ({seen.describe()})")
+
+    # ---- drafted: exactly the schedule's proposals, round by round
+    rounds = [rounds_of(case.prompt, c, case.max_tokens, schedule, impl.k) for c in done]
+    drafted = sum(m for r in rounds for _, m in r)
+    where = (f"{len(done)} completions of max_tokens {case.max_tokens}, {schedule} schedule, "
+             f"k={impl.k}, draft {impl.draft}")
+    if seen.drafted != drafted:
+        fail(impl, PROP, CHECK, case,
+             f"the engine reports {seen.drafted:g} drafted tokens; the {schedule} schedule "
+             f"proposes exactly {drafted} in the {sum(map(len, rounds))} rounds of {where} (a "
+             f"drafted token no round verified, or a round the schedule does not make)")
+    if impl.client.dialect.per_response:
+        for c, r in zip(done, rounds):
+            if c.drafted != sum(m for _, m in r):
+                fail(impl, PROP, CHECK, case,
+                     f"a completion reports {c.drafted} drafted tokens; its {schedule} round(s) "
+                     f"propose {sum(m for _, m in r)}\nserved: {list(c.tokens)}")
+    counted_rounds = seen.speculated if not impl.client.dialect.per_response else None
+    if counted_rounds is not None and counted_rounds != sum(map(len, rounds)):
+        fail(impl, PROP, CHECK, case,
+             f"the engine counts {counted_rounds:g} drafting rounds; {where} make exactly "
+             f"{sum(map(len, rounds))} (one per completion whose prefill token is not its last)")
+    if seen.accepted > seen.drafted:
+        fail(impl, PROP, CHECK, case, f"{seen.accepted:g} tokens accepted of {seen.drafted:g} "
+                                      f"drafted: more than were proposed")
+    by_position = None
+    if before is not None and after is not None:
+        width = max(len(before.accepted_per_position), len(after.accepted_per_position))
+        pad = lambda t: tuple(t) + (0.0,) * (width - len(t))
+        by_position = tuple(a - b for a, b in zip(pad(after.accepted_per_position),
+                                                  pad(before.accepted_per_position)))
+        if abs(sum(by_position) - seen.accepted) > 1e-6:
+            fail(impl, PROP, CHECK, case,
+                 f"the engine's accepted tokens by position {list(by_position)} add up to "
+                 f"{sum(by_position):g}, its accepted total is {seen.accepted:g}")
+
+    # ---- accepted: the exact law of the total (and by position), per convention
+    contexts = [ctx for r in rounds for ctx, _ in r]
+    sizes = [m for r in rounds for _, m in r]
+    results, lines = {}, []
+    for convention in proposals:
+        laws = [None] * len(contexts)
+        for m in set(sizes):
+            idx = [i for i, s in enumerate(sizes) if s == m]
+            for i, law in zip(idx, exact.cached_round_laws([contexts[i] for i in idx], m,
+                                                           impl.draft, case.sampling,
+                                                           convention)):
+                laws[i] = law
+        ok, text, p_total, mean = _judge(laws, seen.accepted, by_position, drafted)
+        results[convention] = (ok, p_total, mean)
+        lines.append(f"{convention} proposals: {text}")
+    fitted = tuple(c for c in proposals if results[c][0])
+    verdict = Verdict(fitted, schedule, len(done), seen.drafted, seen.accepted,
+                      {c: results[c][2] for c in proposals},
+                      {c: results[c][1] for c in proposals}, power)
+    if not fitted:
+        fail(impl, PROP, CHECK, case,
+             f"the engine's acceptance differs from the exact expectation of its draft "
+             f"({impl.draft}) for {where}, {seen.drafted:g} drafted:\n" + "\n".join(lines) +
+             f"\n(false-alarm rate <= {statistics.ALPHA:.0e}; an acceptance rate per drafted "
+             f"token off by {DELTA_ACCEPTANCE} is detected with power {power:.4f}, planned "
+             f"from the exact variances, {v:.4g} per round)")
+    return verdict
+
+
+def _judge(laws, accepted: float, by_position, drafted: int):
+    """(passed, description, p of the total, expected total) of one convention."""
+    mean = sum(r.mean for r in laws)
+    sd = sum(r.var for r in laws) ** 0.5
+    p_total = exact.two_sided_p(exact.sum_law([r.law() for r in laws]), accepted)
+    z = (accepted - mean) / sd if sd > 0 else (0.0 if accepted == mean else float("inf"))
+    rate = f"{accepted / drafted:.4f} vs {mean / drafted:.4f}" if drafted else "n/a"
+    text = (f"accepted {accepted:g}, expected {mean:.1f} +- {sd:.1f} (z = {z:+.2f}, exact "
+            f"p = {p_total:.3g} at level {statistics.ALPHA / 2:.0e}); rate per drafted token "
+            f"{rate}")
+    ok = p_total >= statistics.ALPHA / 2
+    if by_position is not None:
+        depth = max((r.drafted for r in laws), default=0)
+        level = statistics.ALPHA / (2 * max(1, len(by_position), depth))
+        cells = []
+        for i in range(max(depth, len(by_position))):
+            reach = [r.reach[i] for r in laws if r.drafted > i]
+            law = exact.sum_law([np.array([1 - q, q]) for q in reach])
+            got = by_position[i] if i < len(by_position) else 0.0
+            p = exact.two_sided_p(law, got)
+            ok = ok and p >= level
+            cells.append(f"{i + 1}: {got:g} vs {sum(reach):.1f} (p = {p:.2g})")
+        text += f"\n  by position (level {level:.0e} each): " + "; ".join(cells)
+    return ok, text, p_total, mean

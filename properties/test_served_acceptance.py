@@ -1,0 +1,60 @@
+"""Family "served_acceptance": under sampling, the engine's own accepted/drafted counts against
+the exact expectation of its draft's acceptance, sum over the draft tree of prod min(p, q).
+
+Each completion is one drafting round after its prefill token t0 (max_tokens 2 for an engine
+that drafts k every round, 3 for one that caps drafts to the tokens still wanted); given t0 the
+round's accepted count has an exact law from the kit's models, and the engine's total (and,
+where it counts them, its accepted tokens by draft position) is tested exactly against the
+law of the sum: level ALPHA, an acceptance rate per drafted token off by 0.05 detected with
+power POWER (properties/checks/served_acceptance.py has the arithmetic). Drafted tokens must be
+exactly the schedule's.
+
+Applies when the server drafts with a model the kit has (--served-draft perfect,
+draft-early-exit or draft-random) and reports speculation counters; otherwise not applicable,
+with the reason.
+
+Cost on a real engine: the canonical examples below need 1,299 and 1,172 completions with
+vLLM's k = 4 greedy proposals of the early-exit draft (fewer for the other drafts; 833 and 205
+for llama.cpp's single capped proposal, either convention): under 2,500 completions, about two
+minutes at 20 completions per second. Generated examples are added in the thorough profile only.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+
+from properties import profiles
+from properties.checks import served_acceptance as checks
+from properties.cases import ServedCase
+from properties.strategies import served_sampling_cases as sampling_cases
+from properties.test_served_perfect_draft import counters_missing
+from reference.sampling import SamplingParams
+
+pytestmark = pytest.mark.family("served_acceptance")
+
+# A repeated prompt, unfiltered at temperature 1; and one at a higher temperature with top-k
+# and top-p, so that the proposals' law is a filtered one (where q from raw logits differs).
+UNFILTERED = ServedCase((3, 9, 27, 3, 9, 27), 2, sampling=SamplingParams(temperature=1.0,
+                                                                         seed=21))
+FILTERED = ServedCase((3, 9, 27, 3, 9, 27), 2, sampling=SamplingParams(temperature=1.3, top_k=5,
+                                                                       top_p=0.9, seed=22))
+
+
+@pytest.fixture(scope="module")
+def counting(served):
+    if served.draft not in checks.DRAFTS:
+        pytest.skip(f"cannot judge: the kit computes the acceptance of draft models only (the "
+                    f"server's draft: {served.draft}; pass --served-draft=NAME)")
+    reason = counters_missing(served)
+    if reason:
+        pytest.skip(reason)
+    return served
+
+
+@given(case=sampling_cases())
+@example(case=UNFILTERED)
+@example(case=FILTERED)
+@profiles.statistical(checks=1, explicit_only_unless_thorough=True)
+def test_accepted_counts_match_the_exact_expectation(counting, case):
+    checks.check_sampled_acceptance(counting, case)
