@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -86,18 +87,41 @@ def healthy(url: str) -> bool:
         return False
 
 
-def start_vllm(target: Path, draft: Path | None, log: Path):
-    """(process, base URL) of a vLLM server on a free port, speculating with `draft`."""
-    port = free_port()
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}    # GiB of KV cache; set on top of the caller's
+
+
+def server_argv(target: Path, draft: Path | None, port: int, python: str = sys.executable) -> list:
+    """The server's command line: without `draft`, the baseline; with it, k = 4 draft tokens."""
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
             "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "2048",
             "--seed", "0", "--host", "127.0.0.1", "--port", str(port)]
     if draft is not None:
         argv += ["--speculative-config",
                  json.dumps({"model": str(draft), "num_speculative_tokens": 4})]
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-    process = subprocess.Popen(argv, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
-                               start_new_session=True)
+    return argv
+
+
+def shell_line(target: Path, draft: Path | None, port: int = 8000) -> str:
+    """The command line `start_vllm` runs, as typed in a shell (with `python` for its Python)."""
+    env = " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
+    return env + " " + shlex.join(server_argv(target, draft, port, python="python"))
+
+
+def write_models(directory: str) -> None:
+    """--models DIR: write the checkpoints under DIR, print the server command lines, exit."""
+    target, draft = tiny_models(Path(directory).resolve())
+    print(f"wrote {target} and {draft}\nwithout speculation:\n  {shell_line(target, None)}\n"
+          f"with the draft model:\n  {shell_line(target, draft)}")
+
+
+def start_vllm(target: Path, draft: Path | None, log: Path):
+    """(process, base URL) of a vLLM server on a free port, speculating with `draft`."""
+    port = free_port()
+    argv = server_argv(target, draft, port)
+    env = dict(os.environ, **SERVER_ENV)
+    with open(log, "wb") as out:     # the server keeps its own copy of the descriptor
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -115,6 +139,12 @@ def stop(process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def curl_line(body: dict, model: str = "tiny", url: str = "http://127.0.0.1:8000") -> str:
+    """The request `complete` sends, as a curl command line."""
+    return (f"curl -sS {url}/v1/completions -H 'Content-Type: application/json' "
+            f"-d {shlex.quote(json.dumps(dict(body, model=model)))}")
 
 
 def complete(url: str, body: dict, model: str = "tiny") -> tuple[int, dict | str]:

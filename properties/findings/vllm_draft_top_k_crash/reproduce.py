@@ -6,6 +6,8 @@ conformance kit.
                                          # without and with speculation, sends one request
     python reproduce.py --url http://127.0.0.1:8000   # an already started speculating server
                                                       # (its --served-model-name: --model)
+    python reproduce.py --models DIR     # only writes the checkpoints under DIR and prints
+                                         # the server command lines and the request
 
 Run it with the Python of vLLM's environment. Exit status 0 when the crash reproduces: the
 speculating server answers 5xx and dies while the same server without speculation answers.
@@ -14,14 +16,22 @@ speculating server answers 5xx and dies while the same server without speculatio
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny import complete, healthy, start_vllm, stop, tiny_models  # noqa: E402
+from tiny import (
+    complete,
+    curl_line,
+    healthy,
+    shell_line,
+    start_vllm,
+    stop,
+    tiny_models,
+    write_models,
+)
 
 REQUEST = {"prompt": [3, 9, 27, 3, 9, 27], "max_tokens": 4, "temperature": 0.8, "top_k": 5,
            "seed": 5, "n": 1, "return_token_ids": True, "ignore_eos": True}
@@ -31,16 +41,22 @@ def died(url: str, model: str) -> bool:
     status, answer = complete(url, REQUEST, model)
     time.sleep(5)
     alive = healthy(url)
-    print(f"request: {json.dumps(REQUEST)}\nanswer: HTTP {status} {str(answer)[:300]}\n"
+    print(f"request: {curl_line(REQUEST, model, url)}\nanswer: HTTP {status} {str(answer)[:300]}\n"
           f"server alive afterwards: {alive}")
     return status >= 500 or not alive
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running speculating vLLM server (http://HOST:PORT)")
     parser.add_argument("--model", default="tiny", help="its served model name")
+    parser.add_argument("--models", metavar="DIR",
+                        help="only write the tiny checkpoints under DIR and print the commands")
     args = parser.parse_args()
+    if args.models:
+        write_models(args.models)
+        print(f"request:\n  {curl_line(REQUEST)}")
+        return 0
     if args.url:
         crashed = died(args.url.rstrip("/").removesuffix("/v1"), args.model)
     else:
@@ -50,8 +66,9 @@ def main() -> int:
         target, draft = tiny_models(root)
         for name, draft_model in (("without speculation", None), ("with a draft model", draft)):
             process, url = start_vllm(target, draft_model, root / f"{name.split()[0]}.log")
+            port = int(url.rsplit(":", 1)[1])
             try:
-                print(f"--- {name}")
+                print(f"--- {name}\n    server: {shell_line(target, draft_model, port)}")
                 crashed = died(url, "tiny")
             finally:
                 stop(process)
