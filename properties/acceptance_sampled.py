@@ -205,7 +205,7 @@ def two_sided_p(law: np.ndarray, observed: float) -> float:
     return min(1.0, 2 * min(below, above))
 
 
-def z_power(shift: float, sd: float, alpha: float, power_z: float | None = None) -> float:
+def z_power(shift: float, sd: float, alpha: float) -> float:
     """The power of a two-sided level-alpha z-test against a mean shift `shift` of a total
     whose standard deviation is `sd` (normal approximation): Phi(|shift| / sd - z_{1-alpha/2})
     (the far tail's other side is negligible)."""

@@ -71,6 +71,7 @@ from properties.acceptance import SCHEDULES
 from properties.cases import ServedCase
 from properties.checks import served as served_checks
 from properties.harness import fail
+from properties.models.served import VOCAB
 from properties.speculation import send
 from properties.adapters.protocol import Request, ServedError
 from reference.sampling import SamplingParams
@@ -150,8 +151,6 @@ def design(case: ServedCase, schedule: str, k: int, proposals: tuple) -> ServedC
     return out
 
 
-VOCAB = 32
-
 
 def t0_law(case: ServedCase) -> dict:
     """The target's law of the prefill token: t0 -> probability."""
@@ -186,6 +185,8 @@ def _probe_schedule(impl, case: ServedCase) -> str:
         counted = client.dialect.count(client, requests)
     except ServedError as exc:
         fail(impl, PROP, CHECK, case, f"cannot read the engine's counters: {exc}")
+    if counted is None:
+        fail(impl, PROP, CHECK, case, f"{client.url} reports no speculation counters")
     done = [c for a in counted.answers for c in a]
     fits = [s for s in SCHEDULES
             if counted.drafted == sum(n for c in done
