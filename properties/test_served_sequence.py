@@ -58,6 +58,15 @@ def test_joint_law_unfiltered(served, case):
     checks.check_sequence(served, judged(served, case))
 
 
+# The same law with no seed in the requests: independence is all a law needs, and an engine
+# whose seeded path fails (or dies) under speculation is still judged on its law.
+@given(case=sampling_cases(min_len=2, filters=False))
+@example(case=REPEATED)
+@profiles.statistical(checks=1, scale=0.5)
+def test_joint_law_unseeded(served, case):
+    checks.check_sequence_unseeded(served, judged(served, case))
+
+
 @given(case=sampling_cases(min_len=3, max_len=4, top_ps=(0.9, 0.95)))
 @example(case=LATER)
 @profiles.statistical(checks=1, scale=0.5)

@@ -48,6 +48,7 @@ def test_correct_server_passes_every_check():
         checks.check_bounds(impl, GREEDY.replace(stop_ids=(stop,)))
         checks.check_seed(impl, ServedCase((1, 2, 3), 12, SamplingParams(temperature=1.0, seed=3)))
         assert checks.check_sequence(impl, SAMPLED).passed
+        assert checks.check_sequence_unseeded(impl, SAMPLED).passed
         assert impl.client.supports_n is True
 
 
@@ -137,6 +138,8 @@ def test_wrong_sampling_law_fails_the_chi_square():
         with pytest.raises(PropertyFailure, match="not distributed as the target's sampling"):
             case = ServedCase((0, 1, 2), 1, SamplingParams(temperature=0.5, seed=5))
             checks.check_sequence(served(fake), case)
+        with pytest.raises(PropertyFailure, match="not distributed as the target's sampling"):
+            checks.check_sequence_unseeded(served(fake), case)
 
 
 def test_text_only_server_is_spoken_to_in_the_transformers_dialect():

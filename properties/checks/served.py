@@ -179,25 +179,34 @@ def check_greedy(impl, case: ServedCase):
 CHECK_SEQUENCE = f"{_MODULE}:check_sequence"
 
 
-def sampling_requests(client, case: ServedCase, n: int) -> list[Request]:
+def sampling_requests(client, case: ServedCase, n: int, seeded: bool = True) -> list[Request]:
     per = (N_PER_REQUEST if client.dialect.honours_n is not False and client.supports_n is not False
            else 1)
     out, i = [], 0
     while i < n:
         take = min(per, n - i)
-        out.append(_request(case, seed=_seed(case.sampling.seed, i), n=take))
+        # unseeded: the requests carry no seed (a law judged without the engine's seeding path)
+        seed = _seed(case.sampling.seed, i) if seeded else None
+        out.append(_request(case, seed=seed, n=take))
         i += take
     return out
 
 
-def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
+def check_sequence_unseeded(impl, case: ServedCase):
+    """check_sequence with requests that carry no seed: independent samples are all a law
+    needs, so an engine whose seeded path fails under speculation is still judged on its law
+    (each request's seed otherwise derives from the case's, for replay)."""
+    return check_sequence(impl, case, seeded=False)
+
+
+def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED, seeded: bool = True):
     prop = "served_sequence: joint law of the first L tokens"
     s = case.sampling
     law = oracle.served_law(case.prompt, case.max_tokens, s.temperature, s.top_k, s.top_p,
                             s.stop_ids)
     the_plan = statistics.plan(list(law.values()), delta)
     answers = _send(impl, prop, CHECK_SEQUENCE, case, impl.client,
-                    sampling_requests(impl.client, case, the_plan.n))
+                    sampling_requests(impl.client, case, the_plan.n, seeded))
     outputs = [c for answer in answers for c in answer][: the_plan.n]
     for c in outputs:
         problem = bounds_violation(case, c)
@@ -227,7 +236,7 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED):
             mismatch = f"{mismatch}\noff {where}"
         if impl.baseline is not None:
             fail(impl, prop, CHECK_SEQUENCE, case,
-                 _against_baseline(impl, case, law, observed, the_plan.n, mismatch))
+                 _against_baseline(impl, case, law, observed, the_plan.n, mismatch, seeded))
         fail(impl, prop, CHECK_SEQUENCE, case, mismatch)
     return result
 
@@ -305,13 +314,14 @@ def two_sample(a: Counter, b: Counter, min_count: int = 10) -> float:
     return float(chi2_contingency(rows)[1])
 
 
-def _against_baseline(impl, case, law, observed, n, mismatch) -> str:
+def _against_baseline(impl, case, law, observed, n, mismatch, seeded=True) -> str:
     """The law failed: do the baseline server's samples (same engine, no speculation) fail it
     too? Then the engine's sampler differs from the convention, and speculation is judged
     against the engine's own sampler (two samples of n each: by lambda ~ n w^2 / 2 the test
     has the one-sample test's power at a deviation sqrt(2) times larger, TV ~ 0.21)."""
     try:
-        answers = impl.baseline.complete_many(sampling_requests(impl.baseline, case, n))
+        answers = impl.baseline.complete_many(sampling_requests(impl.baseline, case, n,
+                                                                seeded))
     except ServedError as exc:
         return f"{mismatch}\n(the baseline server could not be asked for comparison: {exc})"
     base = Counter(c.tokens for a in answers for c in a[:n])

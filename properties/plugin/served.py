@@ -249,7 +249,7 @@ def pytest_runtest_call(item):
     cause is the death (the summary groups failures by cause). The judged requests of the test
     are attributed to it (properties.speculation: was anything drafted for them?)."""
     from properties import speculation
-    speculation.begin(item.nodeid)
+    speculation.begin(item.nodeid if _is_served(item) else None)
     try:
         outcome = yield
     finally:
@@ -270,7 +270,7 @@ def pytest_runtest_makereport(item, call):
     as a pass. A test that did see speculation carries how many of its examples did."""
     outcome = yield
     report = outcome.get_result()
-    if call.when != "call":
+    if call.when != "call" or not _is_served(item):
         return
     from properties import speculation
     tally = speculation.tally(item.nodeid)
@@ -286,6 +286,12 @@ def pytest_runtest_makereport(item, call):
                f"example(s)")
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: not shown: {why}")
+
+
+def _is_served(item) -> bool:
+    """A test of the kit's served families (not a test of the project's own code)."""
+    family = item.get_closest_marker("family")
+    return family is not None and str(family.args[0]).startswith("served_")
 
 
 def _leaves(group):
