@@ -77,10 +77,12 @@ class LlamaCpp(Dialect):
         if req.sampling.seed is not None:
             body["seed"] = req.sampling.seed
         body.update(self.shaping(req.sampling))
+        if req.sampling.stop_strings:   # beside the stop ids' one-character strings
+            body["stop"] = body.get("stop", []) + list(req.sampling.stop_strings)
         return body
 
     def shaping(self, s) -> dict:
-        """Penalties, min_p, logit_bias, stop strings and n_probs in llama-server's names
+        """Penalties, min_p, logit_bias and n_probs in llama-server's names
         (tools/server/server-schema.cpp). The penalties and min_p are samplers of the chain,
         which the kit names: penalties first, min_p right after temperature, as vLLM orders
         them (properties/formulas.py, LLAMACPP); the window is the whole history."""
@@ -94,8 +96,6 @@ class LlamaCpp(Dialect):
             body["samplers"] = ["penalties", "temperature", "min_p", "top_k", "top_p"]
         if s.logit_bias:
             body["logit_bias"] = [[t, b] for t, b in s.logit_bias]
-        if s.stop_strings:
-            body["stop"] = body.get("stop", []) + list(s.stop_strings)
         if s.logprobs is not None:
             # n_probs 0 returns no probabilities at all: ask for one at least
             body["n_probs"] = max(s.logprobs, 1)

@@ -1,0 +1,131 @@
+"""Family "served_params": penalties, min_p, logit_bias, stop strings, n and logprobs under
+speculation, judged against the float64 target processed by the engine's own formula
+(properties/formulas.py; the checks and the engine x parameter table: checks/served_params.py).
+
+Greedy (penalties and a logit bias move the argmax): the output is the exact argmax of the
+adjusted logits, and the baseline's. Sampled: chi-square against the exact law of the first L
+tokens under the formula (ALPHA per check, power POWER at TV 0.15), or two samples against the
+baseline where the kit knows no formula. Logprobs: the raw target's log-softmax within 1e-3.
+Stop strings: text of 2-3 consecutive greedy tokens of a repeated prompt, so that they land
+inside blocks a speculator proposes and the server accepts. n = 2: each completion exact and
+the pair within a request distributed as the product law (TV 0.2 with power POWER).
+Sampled examples ask for two tokens at least: the first comes from the prefill, unspeculated.
+
+An engine that refuses a parameter (HTTP 4xx) skips its test as "not supported".
+
+The statistical tests draw a fifth of a profile's examples (scale 0.2): with the explicit ones,
+26 chi-square checks in the thorough profile, inside the kit's budget of MAX_CHECKS_PER_RUN.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from properties import profiles
+from properties.cases import ServedCase
+from properties.checks import served_params as checks
+from properties.strategies import served_prompts
+from reference.sampling import SamplingParams
+
+pytestmark = pytest.mark.family("served_params")
+
+REPEATED = (3, 9, 27, 3, 9, 27, 3, 9)
+# prompt lookup proposes from the repeated prompt; its greedy output is "hdFtykykyk...", whose
+# stop string "Fty" first completes at token 5, inside the first round's block
+LOOKUP = (0, 1, 2, 0, 1, 2, 0, 1)
+BIASED = (30, 1, 17, 8, 12)   # tokens 31 and 0 are the 2nd and 3rd most probable here
+
+PENALTIES = st.sampled_from([{"repetition_penalty": 1.6}, {"presence_penalty": 0.8},
+                             {"frequency_penalty": 0.6},
+                             {"repetition_penalty": 1.3, "presence_penalty": 0.4,
+                              "frequency_penalty": 0.3},
+                             {"logit_bias": ((31, 1.0), (0, 1.5))}])
+
+
+@st.composite
+def shaped_cases(draw, greedy: bool, max_len: int = 2, min_p: bool = True):
+    changes = dict(draw(PENALTIES))
+    if not greedy and min_p and draw(st.booleans()):
+        changes["min_p"] = draw(st.sampled_from([0.05, 0.1, 0.2]))
+    temperature = 0.0 if greedy else draw(st.sampled_from([0.5, 1.0, 1.5]))
+    # two tokens at least: the first comes from the prefill, the second can be speculated
+    length = draw(st.integers(4, 12)) if greedy else draw(st.integers(2, max_len))
+    return ServedCase(draw(served_prompts()), length,
+                      SamplingParams(temperature=temperature, seed=draw(st.integers(0, 2**20)),
+                                     **changes))
+
+
+@given(case=shaped_cases(greedy=True))
+@example(case=ServedCase(REPEATED, 8, SamplingParams(repetition_penalty=1.6)))
+@example(case=ServedCase(REPEATED, 8, SamplingParams(presence_penalty=0.8,
+                                                     frequency_penalty=0.4)))
+@example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((31, 1.0), (0, 1.5)))))
+@profiles.deterministic(scale=0.3)
+def test_greedy_under_penalties_and_bias(served, case):
+    checks.check_greedy(served, case)
+
+
+@given(case=shaped_cases(greedy=False))
+@example(case=ServedCase(REPEATED, 2, SamplingParams(temperature=1.0, repetition_penalty=1.6,
+                                                     seed=3)))
+@example(case=ServedCase(REPEATED, 2, SamplingParams(temperature=1.0, presence_penalty=0.8,
+                                                     frequency_penalty=0.4, seed=7)))
+@profiles.statistical(checks=1, scale=0.2)
+def test_law_under_penalties(served, case):
+    checks.check_law(served, case)
+
+
+@given(case=shaped_cases(greedy=False).map(lambda c: c.replace(min_p=0.1)))
+@example(case=ServedCase(BIASED, 2, SamplingParams(temperature=1.5, min_p=0.1, seed=4)))
+@profiles.statistical(checks=1, scale=0.2)
+def test_law_under_min_p(served, case):
+    checks.check_law(served, case)
+
+
+@given(case=shaped_cases(greedy=False, min_p=False).map(
+    lambda c: c.replace(logit_bias=((31, 1.0), (0, 1.5)))))
+@example(case=ServedCase(BIASED, 2, SamplingParams(temperature=0.5,
+                                                   logit_bias=((31, 1.0), (0, 1.5)), seed=5)))
+@profiles.statistical(checks=1, scale=0.2)
+def test_law_under_logit_bias(served, case):
+    checks.check_law(served, case)
+
+
+@given(case=st.builds(lambda p, n, k, t: ServedCase(p, n, SamplingParams(temperature=t,
+                                                                         logprobs=k, seed=n)),
+                      served_prompts(), st.integers(2, 10), st.integers(0, 5),
+                      st.sampled_from([0.0, 1.0])))
+@example(case=ServedCase(REPEATED, 8, SamplingParams(logprobs=3)))
+@example(case=ServedCase(REPEATED, 6, SamplingParams(temperature=1.0, logprobs=2, seed=9)))
+@profiles.deterministic(scale=0.3)
+def test_logprobs_are_the_targets(served, case):
+    checks.check_logprobs(served, case)
+
+
+@st.composite
+def stop_string_cases(draw):
+    prompt = draw(st.sampled_from([REPEATED, LOOKUP, (4, 4, 4, 4), (10, 20, 10, 20, 10, 20)]))
+    start, length = draw(st.integers(1, 6)), draw(st.integers(2, 3))
+    stop = checks.stop_string_at(prompt, 12, start, length)
+    return ServedCase(prompt, 12, SamplingParams(stop_strings=(stop,)))
+
+
+@given(case=stop_string_cases())
+@example(case=ServedCase(LOOKUP, 12, SamplingParams(stop_strings=("Fty",))))
+@example(case=ServedCase((4, 4, 4, 4), 12, SamplingParams(stop_strings=("FtcC", "dFt"))))
+@profiles.deterministic(scale=0.3)
+def test_stop_strings_inside_accepted_blocks(served, case):
+    checks.check_stop_strings(served, case)
+
+
+# two tokens (the second speculated) under a top-k of 2-4: the pair law stays small
+@given(case=st.builds(lambda p, t, k, s: ServedCase(p, 2, SamplingParams(temperature=t, top_k=k,
+                                                                         seed=s)),
+                      served_prompts(), st.sampled_from([0.8, 1.0, 1.5]), st.integers(2, 4),
+                      st.integers(0, 2**20)))
+@example(case=ServedCase((1, 2), 2, SamplingParams(temperature=1.0, top_k=3, seed=6)))
+@profiles.statistical(checks=2, scale=0.2)
+def test_n_completions_independent_and_exact(served, case):
+    checks.check_n(served, case)
