@@ -13,10 +13,15 @@ Applies when the server drafts with a model the kit has (--served-draft perfect,
 draft-early-exit or draft-random) and reports speculation counters; otherwise not applicable,
 with the reason.
 
-Cost on a real engine: the canonical examples below need 1,299 and 1,172 completions with
-vLLM's k = 4 greedy proposals of the early-exit draft (fewer for the other drafts; 833 and 205
-for llama.cpp's single capped proposal, either convention): under 2,500 completions, about two
-minutes at 20 completions per second. Generated examples are added in the thorough profile only.
+Cost on a real engine (completions, from the plan's arithmetic; vLLM sends 16 per request):
+
+    vLLM, k = 4 greedy proposals     early exit 1,299 + 1,172 = 2,471; random 200 + 200;
+                                     perfect 1,422 + 1,375 = 2,797
+    llama.cpp, 1 capped proposal     early exit 833 + 205 = 1,038; random 357 + 369;
+    (either convention tried)        perfect 493 + 363 = 856
+
+so about two minutes at 20 completions per second at most. Generated examples are added in the
+thorough profile only (a prompt whose acceptance varies more can need 5,000 completions).
 """
 
 from __future__ import annotations

@@ -176,6 +176,7 @@ def test_design_narrows_top_k_only_for_a_large_sampled_tree():
     assert checks.design(UNFILTERED, "full", 4, ("greedy",)).sampling.top_k == 0
     narrowed = checks.design(UNFILTERED, "full", 4, ("sampled", "greedy")).sampling.top_k
     assert exact.tree_nodes(4, narrowed) <= checks.MAX_TREE < exact.tree_nodes(4, narrowed + 1)
+    assert checks.design(UNFILTERED, "full", 4, exact.PROPOSALS, "perfect").sampling.top_k == 0
     assert checks.design(UNFILTERED, "capped", 4, exact.PROPOSALS).max_tokens == 3
 
 

@@ -127,6 +127,7 @@ def rounds_of(prompt, completion, max_tokens: int, schedule: str, k: int) -> lis
 
 
 def conventions(impl) -> tuple:
+    """The proposal convention the engine's dialect declares, else both (either may fit)."""
     declared = getattr(impl.client.dialect, "draft_proposals", None)
     if declared is not None and declared not in exact.PROPOSALS:
         raise ValueError(f"{impl.client.dialect.name} dialect: draft_proposals={declared!r}, "
@@ -134,15 +135,17 @@ def conventions(impl) -> tuple:
     return (declared,) if declared else exact.PROPOSALS
 
 
-def design(case: ServedCase, schedule: str, k: int, proposals: tuple) -> ServedCase:
+def design(case: ServedCase, schedule: str, k: int, proposals: tuple,
+           draft: str | None = None) -> ServedCase:
     """The case as the check sends it: max_tokens of the one-round design, no stop ids, and
-    top-k narrowed where the sampled convention's tree would pass MAX_TREE nodes."""
+    top-k narrowed where the sampled convention's tree would pass MAX_TREE nodes (a perfect
+    draft's sampled tree is never walked: every level weighs 1)."""
     if case.sampling.temperature == 0:
         raise ValueError(f"case={case!r}: served_acceptance samples (temperature > 0); greedy "
                          f"counters are check_counters' (served_bounds)")
     out = case.replace(max_tokens=DESIGN[schedule], stop_ids=())
     n = drafts_per_round(schedule, k, DESIGN[schedule])
-    if "sampled" in proposals:
+    if "sampled" in proposals and draft != "perfect":
         support = out.sampling.top_k or VOCAB
         while support > 1 and exact.tree_nodes(n, support) > MAX_TREE:
             support -= 1
@@ -151,14 +154,13 @@ def design(case: ServedCase, schedule: str, k: int, proposals: tuple) -> ServedC
     return out
 
 
-
 def t0_law(case: ServedCase) -> dict:
     """The target's law of the prefill token: t0 -> probability."""
     probs = case.sampling.probs(oracle.served_next_logits([case.prompt])[0])
     return {t: float(p) for t, p in enumerate(probs) if p > 0}
 
 
-def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, float, float]:
+def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, float, int]:
     """(N, v, n): completions needed for POWER at DELTA_ACCEPTANCE (the module's arithmetic),
     the mean variance per round of the convention that needs most, proposals per round."""
     n = drafts_per_round(schedule, impl.k, DESIGN[schedule])
@@ -215,7 +217,7 @@ def _counters(impl, case):
 def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     proposals = conventions(impl)
     schedule = impl.schedule or _probe_schedule(impl, case)
-    case = design(case, schedule, impl.k, proposals)
+    case = design(case, schedule, impl.k, proposals, impl.draft)
     N, v, n = plan(impl, case, schedule, proposals)
     power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)
     the_plan = statistics.Plan(n=N, df=1, delta=DELTA_ACCEPTANCE, power=power,
