@@ -23,13 +23,13 @@ when none is given), so a sampled row that is to go without one says seed=UNSEED
 batch goes to the server through one complete_many call: the client submits every request at
 once (at most client.concurrency are in flight, so a batch is never larger than that), and an
 engine batches what is in flight.
-"Alone" is one request at a time with nothing else in flight (a view of the client whose
-concurrency is 1).
+"Alone" is one request at a time with nothing else in flight. A check's requests go in groups,
+one after the other (InGroups), through one speculation.send: one example, one record of what
+the engine drafted for them.
 """
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from dataclasses import replace
 
@@ -103,8 +103,8 @@ def row(case: ServedCase, seed: bool = True) -> str:
         how += f" top_p={s.top_p:g}" if s.top_p < 1 else ""
         how += f" seed={s.seed}" if seed and seeded(case) else " unseeded"
     stops = f", stop ids {list(s.stop_ids)}" if s.stop_ids else ""
-    return (f"{how}, prompt {list(case.prompt)} ({len(case.prompt)} tokens), "
-            f"max_tokens={case.max_tokens}{stops}")
+    tokens = f"{len(case.prompt)} token{'s' if len(case.prompt) != 1 else ''}"
+    return f"{how}, prompt {list(case.prompt)} ({tokens}), max_tokens={case.max_tokens}{stops}"
 
 
 def describe(batch) -> str:
@@ -112,50 +112,78 @@ def describe(batch) -> str:
     return "\n".join(f"  #{i}: {row(c)}" for i, c in enumerate(batch))
 
 
-def alone(client):
-    """A view of `client` that sends one request at a time: each request is answered alone.
-    (The same connection pool, traffic tally and watchdog; only the concurrency differs.)"""
-    client.resolve()   # once, on the client itself: the view shares what it learned
-    solo = copy.copy(client)
-    solo.concurrency = 1
-    return solo
+class InGroups:
+    """A view of a client that sends a list of requests in consecutive groups: every request of
+    a group at once (in flight together, a group being no larger than the client's
+    concurrency), and nothing of the next group before the group is answered. A group of one is
+    a request answered alone. One view serves one check's requests, so what the engine drafted
+    for them is read once (speculation.send) and the test counts one example."""
+
+    def __init__(self, client, sizes):
+        if any(size < 1 or size > client.concurrency for size in sizes):
+            raise ValueError(f"sizes {list(sizes)}: each group must hold 1 to "
+                             f"concurrency={client.concurrency} requests")
+        self._client, self.sizes = client, list(sizes)
+
+    def __getattr__(self, name):   # url, dialect, counters, traffic: the client's own
+        return getattr(self._client, name)
+
+    def complete_many(self, requests):
+        if len(requests) != sum(self.sizes):
+            raise ValueError(f"{len(requests)} requests for groups of {self.sizes}")
+        answers, at = [], 0
+        for size in self.sizes:
+            answers += self._client.complete_many(requests[at:at + size])
+            at += size
+        return answers
 
 
-def _speculating(impl, prop, check, case, requests, one_at_a_time: bool):
-    """The speculating server's answers, through speculation.send (what it drafted is
-    recorded for the test)."""
+def _speculating(impl, prop, check, case, groups):
+    """`groups`: lists of requests, sent group after group (each all at once) to the
+    speculating server through speculation.send (what it drafted is recorded for the test, one
+    example); the completions, one per request, in order."""
+    requests = [r for g in groups for r in g]
     try:
-        client = alone(impl.client) if one_at_a_time else impl.client
-        answers, _ = speculation.send(impl, requests, client=client)
+        answers, _ = speculation.send(impl, requests,
+                                      client=InGroups(impl.client, [len(g) for g in groups]))
     except ServedError as exc:
         fail(impl, prop, check, case, f"the server failed a request: {exc}")
     return [a[0] for a in answers]
 
 
-def _baseline(impl, prop, check, case, requests, one_at_a_time: bool):
+def _baseline(impl, prop, check, case, groups):
+    requests = [r for g in groups for r in g]
     try:
-        client = alone(impl.baseline) if one_at_a_time else impl.baseline
-        answers = client.complete_many(requests)
+        answers = InGroups(impl.baseline, [len(g) for g in groups]).complete_many(requests)
     except ServedError as exc:
         fail(impl, prop, check, case, f"the baseline server ({impl.baseline.url}) failed a "
                                       f"request: {exc}")
     return [a[0] for a in answers]
 
 
+def _alone_then_batch(send, impl, prop, check, batch, judged, requests):
+    """(alone, inside): the judged rows sent one at a time, then the whole batch at once."""
+    outs = send(impl, prop, check, batch, [[requests[i]] for i in judged] + [requests])
+    return outs[:len(judged)], outs[len(judged):]
+
+
 # --------------------------------------------------------------------------- greedy
 
-def _tie(prompt, a, b, at: int, tolerance: float) -> float | None:
+def _parting(prompt, a, b, at: int, tolerance: float) -> str | None:
     """None when the outputs a and b first differ at `at` on a float64 tie (their two tokens'
-    logits within `tolerance`), else the logit gap between them (inf: one output has no token
-    there, or an id outside the vocabulary)."""
+    logits within `tolerance`), else how they part, in words."""
     if at >= len(a) or at >= len(b):
-        return float("inf")
+        return (f"differs in length ({len(a)} tokens alone, {len(b)} inside the batch), one "
+                f"output a prefix of the other")
     logits = oracle.served_logits(prompt, list(a[:at]) + [0])[-1]
     x, y = a[at], b[at]
     if not (0 <= x < logits.numel() and 0 <= y < logits.numel()):
-        return float("inf")
+        return f"differs at position {at}, with a token outside the vocabulary"
     gap = abs(float(logits[x] - logits[y]))
-    return None if gap <= tolerance else gap
+    if gap <= tolerance:
+        return None
+    return (f"differs at position {at}, which is no tie (float64 logit gap {gap:.4g} between "
+            f"tokens {x} and {y} > {tolerance:g})")
 
 
 def check_batch_greedy(impl, batch: tuple):
@@ -171,8 +199,8 @@ def check_batch_greedy(impl, batch: tuple):
         raise ValueError(f"batch has no greedy request (temperature 0) to judge: {batch!r}")
     tol = impl.logit_tolerance
     requests = [_request(c) for c in batch]
-    solo = _speculating(impl, prop, CHECK_GREEDY, batch, [requests[i] for i in greedy], True)
-    inside = _speculating(impl, prop, CHECK_GREEDY, batch, requests, False)
+    solo, inside = _alone_then_batch(_speculating, impl, prop, CHECK_GREEDY, batch, greedy,
+                                     requests)
     composition = (f"the batch ({len(batch)} requests sent at once, all in flight together):\n"
                    f"{describe(batch)}")
     # Batch invariance first: a row that moves with its batch is the finding, whatever else.
@@ -180,16 +208,14 @@ def check_batch_greedy(impl, batch: tuple):
         b, case = inside[i], batch[i]
         if a.tokens == b.tokens:
             continue
-        at = first_difference(a.tokens, b.tokens)
-        gap = _tie(case.prompt, a.tokens, b.tokens, at, tol)
-        if gap is None:
+        how = _parting(case.prompt, a.tokens, b.tokens, first_difference(a.tokens, b.tokens), tol)
+        if how is None:
             continue  # a rounding tie between the two runs: each is judged against the target below
+        expected = oracle.served_greedy(case.prompt, case.max_tokens, case.sampling.stop_ids)
         fail(impl, prop, CHECK_GREEDY, batch,
-             f"request #{i} ({row(case)}) answered alone and inside a concurrent batch differs "
-             f"at position {at}, which is no tie (float64 logit gap {gap:.4g} > {tol:g})\n"
+             f"request #{i} ({row(case)}) answered alone and inside a concurrent batch {how}\n"
              f"alone:            {list(a.tokens)}\ninside the batch: {list(b.tokens)}\n"
-             f"target's greedy:  {oracle.served_greedy(case.prompt, case.max_tokens, case.sampling.stop_ids)}\n"
-             f"{composition}")
+             f"target's greedy:  {expected}\n{composition}")
     for i, a in zip(greedy, solo):
         case = batch[i]
         for where, c in (("alone", a), ("inside the batch", inside[i])):
@@ -236,9 +262,9 @@ def _together(counts: Counter, law_a: dict, law_b: dict) -> str:
 
 def check_batch_independence(impl, pair: tuple, delta: float = DELTA_BATCH):
     """`pair`: two sampled requests (ServedCase), always sent without a seed (independence is a
-    claim about the server's own randomness; the cases' seeds are not used). Pairs of them are sent
-    concurrently, concurrency // 2 pairs per complete_many call (so every pair's two requests
-    are in flight together, with other pairs beside them); the joint law of (output a,
+    claim about the server's own randomness; the cases' seeds are not used). Pairs of them are
+    sent concurrently, concurrency // 2 pairs per group (so every pair's two requests are in
+    flight together, with other pairs beside them); the joint law of (output a,
     output b) is tested against the product of the two exact laws: chi-square at ALPHA, TV >=
     `delta` detected with power POWER, n pairs from statistics.plan. Requests: 2 n."""
     prop = "served_batch: concurrent sampled requests are independent samples"
@@ -253,13 +279,12 @@ def check_batch_independence(impl, pair: tuple, delta: float = DELTA_BATCH):
     law_a, law_b = _law(a), _law(b)
     joint = _product(law_a, law_b)
     the_plan = statistics.plan(list(joint.values()), delta)
-    per_call = max(1, impl.client.concurrency // 2)
+    per_call = impl.client.concurrency // 2
     requests = [_request(a, with_seed=False), _request(b, with_seed=False)]
-    observed: Counter = Counter()
-    while sum(observed.values()) < the_plan.n:
-        m = min(per_call, the_plan.n - sum(observed.values()))
-        outs = _speculating(impl, prop, CHECK_INDEPENDENCE, pair, requests * m, False)
-        observed.update(zip((c.tokens for c in outs[0::2]), (c.tokens for c in outs[1::2])))
+    groups = [requests * min(per_call, the_plan.n - done)
+              for done in range(0, the_plan.n, per_call)]
+    outs = _speculating(impl, prop, CHECK_INDEPENDENCE, pair, groups)
+    observed = Counter(zip((c.tokens for c in outs[0::2]), (c.tokens for c in outs[1::2])))
     result = statistics.chi_square_gof(observed, joint)
     if not result.passed:
         known = all(x in law_a and y in law_b for x, y in observed)
@@ -298,12 +323,11 @@ def check_batch_seed(impl, batch: tuple):
         raise ValueError(f"batch has no seeded sampled request (temperature > 0, a seed >= 0) "
                          f"to judge: {batch!r}")
     requests = [_request(c) for c in batch]
-    mine = [requests[i] for i in judged]
     composition = (f"the batch ({len(batch)} requests sent at once, all in flight together):\n"
                    f"{describe(batch)}")
     if impl.baseline is not None:
-        base_solo = _baseline(impl, prop, CHECK_SEED, batch, mine, True)
-        base_inside = _baseline(impl, prop, CHECK_SEED, batch, requests, False)
+        base_solo, base_inside = _alone_then_batch(_baseline, impl, prop, CHECK_SEED, batch,
+                                                   judged, requests)
         moved = _moved(judged, base_solo, base_inside)
         if moved:
             pytest.skip(f"not applicable: the baseline server itself ({impl.baseline.url}, the "
@@ -315,13 +339,13 @@ def check_batch_seed(impl, batch: tuple):
     else:
         basis = ("no baseline server was given (--baseline=URL): the speculating server is "
                  "judged alone, so the engine's own sampler (not speculation) may be the cause")
-    solo = _speculating(impl, prop, CHECK_SEED, batch, mine, True)
-    inside = _speculating(impl, prop, CHECK_SEED, batch, requests, False)
+    solo, inside = _alone_then_batch(_speculating, impl, prop, CHECK_SEED, batch, judged,
+                                     requests)
     moved = _moved(judged, solo, inside)
     if not moved:
         return
     i, a, b = moved[0]
-    again, = _speculating(impl, prop, CHECK_SEED, batch, [requests[i]], True)
+    again, = _speculating(impl, prop, CHECK_SEED, batch, [[requests[i]]])
     if again.tokens != a.tokens:
         fail(impl, prop, CHECK_SEED, batch,
              f"the server does not keep `seed` even for a request answered alone: request #{i} "

@@ -39,7 +39,7 @@ class Batching(FakeServer):
         super().__init__(*args, **kwargs)
         self.flight_lock = threading.Lock()
         self.in_flight: set[int] = set()     # occupied batch slots
-        self.batch_seed = 0                  # drawn when a batch forms (an idle server's first request)
+        self.batch_seed = 0                  # drawn as a batch forms (at an idle server)
         self.batch_sizes: list[int] = []     # every request's batch size, for the tests
         self.row = threading.local()         # this request's slot and batch size (one thread each)
 
