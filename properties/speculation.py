@@ -135,7 +135,12 @@ def for_drafter(impl, case):
     with COVER, which holds every token of the vocabulary after its first position (llama.cpp
     never matches at position 0), so that whatever token is sampled a lookup of one token
     matches and proposes what followed it: every judged position after the first is
-    speculated, and proposals are both accepted and rejected. Draft models propose anyway."""
+    speculated, and proposals are both accepted and rejected. Draft models propose anyway.
+    (An engine whose drafts are capped to the tokens still wanted gets 3 tokens for 2.)"""
+    if impl.schedule == "capped" and case.max_tokens == 2:
+        # an engine that caps its drafts to the tokens still wanted drafts nothing after the
+        # prefill's token when one token remains: judge three, so that the second is drafted
+        case = case.replace(max_tokens=3)
     if impl.draft != "ngram" or set(case.prompt) >= set(COVER):
         return case
     return case.replace(prompt=COVER + tuple(case.prompt))

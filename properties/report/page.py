@@ -19,6 +19,7 @@ from properties import statistics
 from properties.report import figures
 
 OUTCOME_WORDS = {"passed": "passed", "failed": "FAILED", "not_applicable": "not applicable",
+                 "not_shown": "NOT SHOWN (nothing drafted where it judged)",
                  "xfailed": "known failure", "xpassed": "known failure, now passes"}
 
 STYLE = """
@@ -34,7 +35,8 @@ table.meta td:first-child { color: #555; } table.counts td, table.counts th { te
 table.cells { font-size: 12px; margin-top: 4px; } table.cells td { font-family: ui-monospace, monospace; }
 table.cells tr.top td { color: #b3241b; font-weight: 600; }
 .outcome-failed { color: #b3241b; font-weight: 700; } .outcome-passed { color: #1c6b2c; }
-.outcome-not_applicable { color: #666; } .outcome-xfailed, .outcome-xpassed { color: #8a5a00; }
+.outcome-not_applicable { color: #666; } .outcome-not_shown { color: #8a5a00; font-weight: 700; }
+.outcome-xfailed, .outcome-xpassed { color: #8a5a00; }
 pre { background: #f5f5f5; padding: 8px; overflow-x: auto; font-size: 12px; white-space: pre-wrap; }
 pre.replay { background: #eef3fb; }
 figure { margin: 10px 0 18px; } figure img { max-width: 100%; height: auto; }
@@ -229,14 +231,15 @@ def _test(nodeid: str, entry: dict) -> str:
 
 def _family(name: str, entry: dict, tests: dict) -> str:
     family = kit_families.get(name)
-    counts = "".join(f"<td>{entry[o]}</td>" for o in ("passed", "failed", "not_applicable"))
+    counts = "".join(f"<td>{entry.get(o, 0)}</td>" for o in ("passed", "failed", "not_applicable",
+                                                            "not_shown"))
     known = entry["xfailed"] + entry["xpassed"]
     head = (f'<section class="family" id="family-{name}"><h2>{esc(name)}</h2>'
             f'<p class="muted">{esc(family.checks)}'
             + (f"; each statistical check detects {esc(family.power)} with power "
                f"{statistics.POWER}" if family.power else "") + "</p>"
             f'<table class="counts"><tr><th>passed</th><th>failed</th><th>not applicable</th>'
-            f'<th>known</th><th>planned</th></tr><tr>{counts}<td>{known}</td>'
+            f'<th>not shown</th><th>known</th><th>planned</th></tr><tr>{counts}<td>{known}</td>'
             f'<td>{entry["planned"]}</td></tr></table>')
     reasons = "".join(f"<li>{esc(r)}</li>" for r in entry["reasons"])
     if reasons:
@@ -268,7 +271,7 @@ def _served(served: dict) -> str:
 def render(data: dict) -> str:
     h, summary = data["header"], data["summary"]
     verdict = h["verdict"]
-    css = "ok" if verdict == "CONFORMANT" else "incomplete" if verdict == "INCOMPLETE" else "bad"
+    css = "ok" if verdict == "CONFORMANT" else "incomplete" if verdict in ("INCOMPLETE", "NOT SHOWN") else "bad"
     meta = [("implementation", f'--impl={h["impl"]} ({h["description"]})'),
             ("versions", ", ".join(f"{k} {v}" for k, v in h["versions"].items())),
             ("hypothesis profile", h["profile"]), ("examples", h["seed"]),
@@ -282,8 +285,8 @@ def render(data: dict) -> str:
     for nodeid, entry in data["tests"].items():
         by_family.setdefault(entry["family"], {})[nodeid] = entry
     shown = [f for f, e in summary["families"].items()
-             if e["planned"] or any(e[o] for o in ("passed", "failed", "not_applicable",
-                                                   "xfailed", "xpassed"))]
+             if e["planned"] or any(e.get(o) for o in ("passed", "failed", "not_applicable",
+                                                       "not_shown", "xfailed", "xpassed"))]
     nav = "".join(f'<a href="#family-{f}">{f}{" ✗" if summary["families"][f]["failed"] else ""}'
                   f"</a>" for f in shown)
     lines = [f"<li>{esc(line)}</li>" for line in summary.get("headlines", [])]
