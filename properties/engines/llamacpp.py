@@ -66,6 +66,9 @@ class LlamaCpp(Dialect):
     path: str = "/completion"
     at_root: bool = True
     per_response: bool = True
+    # draft-simple proposes the draft's top candidate (common/speculative.cpp), and the target
+    # keeps it while its own sample agrees (common_sampler_sample_and_accept_n): P(accept) = p(x)
+    draft_proposals: str = "greedy"
 
     def body(self, req: Request, model) -> dict:
         body = {"prompt": list(req.prompt), "n_predict": req.max_tokens,
@@ -265,8 +268,9 @@ def prepare(env: Environment, export_dir, log) -> None:
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
     gguf = Path(export_dir) / "gguf"
     argv = [(env or RECIPE).server, "-m", gguf / "target.gguf", "--host", "127.0.0.1",
-            "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui",
-            "--seed", "0"]
+            "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui"]
+    # no server-wide --seed: a request without a seed must draw a fresh one (as by default),
+    # or concurrent unseeded requests would share one stream of random numbers
     if method is not None and method.draft == "ngram":
         # ngram-simple's defaults (a 12-token lookup, a 48-token draft) never match in the
         # kit's short contexts, so it would draft nothing: look up one token, draft k
