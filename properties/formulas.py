@@ -63,8 +63,9 @@ TRANSFORMERS = Formula("transformers", repetition_sees="prompt+output", counts_s
                        min_p_after_top_p=True)
 
 # dialect name -> formula; an engine not named here is judged against its baseline server
+# (an unknown OpenAI-compatible server, "openai", may be any engine: it has none)
 BY_DIALECT = {"vllm": VLLM, "llama.cpp": LLAMACPP, "transformers": TRANSFORMERS,
-              "openai": OPENAI, "fake": OPENAI}
+              "fake": OPENAI}
 
 # what an engine refuses under speculation (from its source, above): parameter -> where
 REFUSED = {

@@ -16,6 +16,7 @@ from properties.adapters.dialects import OPENAI as OPENAI_DIALECT, openai_logpro
 from properties.cases import ServedCase
 from properties.checks import served_params as checks
 from properties.engines import llamacpp, transformers, vllm
+from properties.engines.fake import FAKE
 from properties.engines.fake_server import FakeServer
 from properties.harness import PropertyFailure
 from reference.penalties import OPENAI
@@ -207,11 +208,13 @@ EVERY = [(checks.check_greedy, GREEDY_REP), (checks.check_law, LAW_REP),
          (checks.check_n, N)]
 
 
-def _impl(server, base):
-    """The fake drafts with the target ("perfect"): every request of 2 or more tokens was
-    speculated, so the plugin counts these examples as shown."""
+def _impl(server, base, dialect=FAKE):
+    """The fake as the `fake` engine (its dialect: the OpenAI formula, its counters); it
+    drafts with the target ("perfect"), so every request of 2 or more tokens was speculated."""
     impl = served(server)
-    impl.baseline = Client(base.url)
+    if dialect is not None:
+        impl.client.dialect = dialect
+    impl.baseline = Client(base.url) if base is not None else None
     impl.draft = "perfect"
     return impl
 
@@ -257,7 +260,7 @@ class Fails500OnBias(FakeServer):
 
 def test_a_refused_parameter_is_a_skip_naming_it():
     with RefusesMinP() as fake, FakeServer() as base:
-        with pytest.raises(pytest.skip.Exception, match="not supported: openai refuses "
+        with pytest.raises(pytest.skip.Exception, match="not supported: fake refuses "
                                                         "min_p=0.1.*not yet supported"):
             checks.check_law(_impl(fake, base), LAW_MIN_P)
 
@@ -266,3 +269,31 @@ def test_a_5xx_is_a_failure_not_a_skip():
     with Fails500OnBias() as fake, FakeServer() as base:
         with pytest.raises(PropertyFailure, match="HTTP 500"):
             checks.check_law(_impl(fake, base), LAW_BIAS)
+
+
+# --------------------------------------------------------------------------- no formula
+
+def test_without_a_formula_the_law_is_judged_against_the_baseline():
+    """An unknown OpenAI server: no formula, so two samples (speculating vs baseline)."""
+    with FakeServer() as fake, FakeServer() as base:
+        result = checks.check_law(_impl(fake, base, dialect=None), LAW_BIAS)
+        assert result.passed and result.detectable > checks.DELTA_SERVED
+    with mutants.BiasAfterTemperature() as fake, FakeServer() as base:
+        with pytest.raises(PropertyFailure, match="not distributed as the baseline's"):
+            checks.check_law(_impl(fake, base, dialect=None), LAW_BIAS)
+
+
+def test_without_a_formula_or_a_baseline_nothing_is_judged():
+    with FakeServer() as fake:
+        with pytest.raises(pytest.skip.Exception, match="cannot judge: the kit knows no "
+                                                        "formula of openai"):
+            checks.check_greedy(_impl(fake, None, dialect=None), GREEDY_REP)
+
+
+def test_an_engine_without_the_parameter_is_skipped_before_sending():
+    with FakeServer() as fake:
+        impl = _impl(fake, None, dialect=transformers.DIALECT)
+        with pytest.raises(pytest.skip.Exception, match="transformers takes no presence"):
+            checks.check_greedy(impl, GREEDY_REP)
+        with pytest.raises(pytest.skip.Exception, match="one completion per request"):
+            checks.check_n(impl, N)

@@ -173,7 +173,7 @@ class FakeServer:
                     choice["logprobs"] = self.logprobs(ids, tokens, params.logprobs)
             choices.append(choice)
         with self.lock:
-            drafted = sum(K * _rounds(len(c["text"])) for c in choices)
+            drafted = sum(K * _rounds(len(c.get("token_ids", c["text"]))) for c in choices)
             self.drafted += drafted
             self.accepted += drafted * 3 // 4 if b == "partial_accept" else drafted
         return 200, {"object": "text_completion", "model": "kit-target", "choices": choices}
