@@ -20,19 +20,25 @@ How data flows from ``--impl`` to the verdict:
                    evidence recorded (evidence.py)
                    ▼
     plugin/kit.py: applicability per family, the conformance summary, one verdict
-                   (CONFORMANT / NOT CONFORMANT / INCOMPLETE); report/ draws the evidence
+                   (CONFORMANT / NOT CONFORMANT / NOT SHOWN / INCOMPLETE); report/ draws the
+                   evidence
 
 The parts:
 
     core         families.py, cases.py, strategies.py (importable by anyone), oracle.py,
                  statistics.py (chi-square plans with stated alpha and power), harness.py,
                  guards.py, invariants.py, acceptance.py (the exact counters a server must
-                 report), acceptance_by_position.py (Σ min(p, q) of the rounds a run made),
-                 evidence.py, profiles.py (Hypothesis profiles), progress.py,
-                 replay.py, impl.py (finding the implementation under test)
+                 report), acceptance_sampled.py (the exact law of a sampled round's accepted
+                 count), acceptance_by_position.py (Σ min(p, q) of the rounds a run made),
+                 speculation.py (was anything drafted where a served check judges? a test
+                 never shown speculating is NOT SHOWN, never a pass), formulas.py (each
+                 engine's penalties, min_p and logit_bias, from its source), evidence.py,
+                 profiles.py (Hypothesis profiles), progress.py, replay.py, impl.py (finding
+                 the implementation under test)
     models/      the kit's float64 models: trace (instrumentation), tables, specs, the
                  wrappers engines are handed, and the fixed served models with their tokenizer
-    checks/      one module per family; served.py holds the served families' checks
+    checks/      one module per family; served.py holds the served families' checks, and
+                 served_batch.py, served_params.py, served_acceptance.py their own families
     test_*.py    the families as pytest tests, one module each (served ones: test_served_*.py)
     adapters/    implementations under test that are not written against the chapter's API:
                  transformers' assisted generation, and any server over HTTP (the OpenAI
