@@ -128,7 +128,7 @@ def replayed(impl, requests, answers) -> Seen:
     return Seen(len(done), None, None, None, "")
 
 
-def for_drafter(impl, case):
+def for_drafter(impl, case, lengthen: bool = True):
     """The case as the server's drafter can speculate it. A lookup drafter (n-gram, prompt
     lookup) proposes only where the context's last tokens occurred before, so a law judged on
     an arbitrary prompt may see no proposal at all. For such a drafter the prompt is prefixed
@@ -137,7 +137,7 @@ def for_drafter(impl, case):
     matches and proposes what followed it: every judged position after the first is
     speculated, and proposals are both accepted and rejected. Draft models propose anyway.
     (An engine whose drafts are capped to the tokens still wanted gets 3 tokens for 2.)"""
-    if impl.schedule == "capped" and case.max_tokens == 2:
+    if lengthen and impl.schedule == "capped" and case.max_tokens == 2:
         # an engine that caps its drafts to the tokens still wanted drafts nothing after the
         # prefill's token when one token remains: judge three, so that the second is drafted
         case = case.replace(max_tokens=3)
