@@ -23,7 +23,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from properties import profiles
+from properties import profiles, speculation
 from properties.cases import ServedCase
 from properties.checks import served_params as checks
 from properties.strategies import served_prompts
@@ -44,12 +44,22 @@ PENALTIES = st.sampled_from([{"repetition_penalty": 1.6}, {"presence_penalty": 0
                              {"logit_bias": ((31, 1.0), (0, 1.5))}])
 
 
+def judged(served, case, cover: bool = True):
+    """The case as the server's drafter speculates it (speculation.for_drafter: a lookup
+    drafter gets a prompt that holds every token, a capped engine 3 tokens for 2). Penalties
+    keep their own prompt (cover=False): a prompt holding every token would put every token in
+    the repetition history, and a spurious token added to it would change nothing; their
+    examples' repeated prompts give a lookup matches of their own."""
+    moved = speculation.for_drafter(served, case)
+    return moved if cover else case.replace(max_tokens=moved.max_tokens)
+
+
 @st.composite
 def shaped_cases(draw, greedy: bool, max_len: int = 2, min_p: bool = True):
     changes = dict(draw(PENALTIES))
     if not greedy and min_p and draw(st.booleans()):
         changes["min_p"] = draw(st.sampled_from([0.05, 0.1, 0.2]))
-    temperature = 0.0 if greedy else draw(st.sampled_from([0.5, 1.0, 1.5]))
+    temperature = 0.0 if greedy else draw(st.sampled_from([0.5, 1.0]))
     # two tokens at least: the first comes from the prefill, the second can be speculated
     length = draw(st.integers(4, 12)) if greedy else draw(st.integers(2, max_len))
     return ServedCase(draw(served_prompts()), length,
@@ -64,7 +74,7 @@ def shaped_cases(draw, greedy: bool, max_len: int = 2, min_p: bool = True):
 @example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((31, 1.0), (0, 1.5)))))
 @profiles.deterministic(scale=0.3)
 def test_greedy_under_penalties_and_bias(served, case):
-    checks.check_greedy(served, case)
+    checks.check_greedy(served, judged(served, case, cover=False))
 
 
 @given(case=shaped_cases(greedy=False))
@@ -74,14 +84,14 @@ def test_greedy_under_penalties_and_bias(served, case):
                                                      frequency_penalty=0.4, seed=7)))
 @profiles.statistical(checks=1, scale=0.2)
 def test_law_under_penalties(served, case):
-    checks.check_law(served, case)
+    checks.check_law(served, judged(served, case, cover=False))
 
 
 @given(case=shaped_cases(greedy=False).map(lambda c: c.replace(min_p=0.1)))
 @example(case=ServedCase(BIASED, 2, SamplingParams(temperature=1.5, min_p=0.1, seed=4)))
 @profiles.statistical(checks=1, scale=0.2)
 def test_law_under_min_p(served, case):
-    checks.check_law(served, case)
+    checks.check_law(served, judged(served, case, cover=not case.sampling.penalized))
 
 
 @given(case=shaped_cases(greedy=False, min_p=False).map(
@@ -90,7 +100,7 @@ def test_law_under_min_p(served, case):
                                                    logit_bias=((31, 1.0), (0, 1.5)), seed=5)))
 @profiles.statistical(checks=1, scale=0.2)
 def test_law_under_logit_bias(served, case):
-    checks.check_law(served, case)
+    checks.check_law(served, judged(served, case, cover=not case.sampling.penalized))
 
 
 @given(case=st.builds(lambda p, n, k, t: ServedCase(p, n, SamplingParams(temperature=t,
@@ -101,7 +111,7 @@ def test_law_under_logit_bias(served, case):
 @example(case=ServedCase(REPEATED, 6, SamplingParams(temperature=1.0, logprobs=2, seed=9)))
 @profiles.deterministic(scale=0.3)
 def test_logprobs_are_the_targets(served, case):
-    checks.check_logprobs(served, case)
+    checks.check_logprobs(served, judged(served, case))
 
 
 @st.composite
@@ -128,4 +138,4 @@ def test_stop_strings_inside_accepted_blocks(served, case):
 @example(case=ServedCase((1, 2), 2, SamplingParams(temperature=1.0, top_k=3, seed=6)))
 @profiles.statistical(checks=2, scale=0.2)
 def test_n_completions_independent_and_exact(served, case):
-    checks.check_n(served, case)
+    checks.check_n(served, judged(served, case))

@@ -297,3 +297,21 @@ def test_an_engine_without_the_parameter_is_skipped_before_sending():
             checks.check_greedy(impl, GREEDY_REP)
         with pytest.raises(pytest.skip.Exception, match="one completion per request"):
             checks.check_n(impl, N)
+
+
+def test_logprobs_judged_as_vllm_returns_them():
+    """vLLM lists the sampled token beside the top k when it is not among them: still right;
+    a list that skips a more probable token is not the top k."""
+    from properties.adapters.protocol import Completion
+    case = ServedCase(PROMPT, 1, SamplingParams(temperature=1.0, logprobs=2))
+    row = torch.log_softmax(oracle.served_logits(PROMPT, [0])[0], -1)
+    order = row.argsort(descending=True).tolist()
+    low = order[-1]
+    top = tuple((t, float(row[t])) for t in order[:2])
+    right = Completion((low,), "length", logprobs=((float(row[low]), top + ((low, float(row[low])),)),))
+    assert checks.logprob_problem(case, right) is None
+    skipping = Completion((low,), "length", logprobs=(
+        (float(row[low]), ((order[0], float(row[order[0]])), (order[2], float(row[order[2]])))),))
+    assert "not the top 2" in checks.logprob_problem(case, skipping)
+    off = Completion((low,), "length", logprobs=((float(row[low]) + 0.01, top),))
+    assert "log-softmax there is" in checks.logprob_problem(case, off)

@@ -277,7 +277,9 @@ def logprob_problem(case: ServedCase, completion, tolerance: float = LOGPROB_TOL
             listed = {alt for alt, _ in alternatives}
             if len(listed) < min(want, rows.shape[1]):
                 return f"position {i}: {len(listed)} alternatives for logprobs={want}"
-            floor = min(lp for _, lp in alternatives)
+            # vLLM adds the sampled token to the top `want` when it is not among them: the
+            # `want`-th largest listed value is the top-k boundary either way
+            floor = sorted((lp for _, lp in alternatives), reverse=True)[min(want, rows.shape[1]) - 1]
             missing = [j for j in range(rows.shape[1]) if j not in listed
                        and float(rows[i, j]) > floor + tolerance]
             if missing:
