@@ -13,8 +13,11 @@ Sampled examples ask for two tokens at least: the first comes from the prefill, 
 
 An engine that refuses a parameter (HTTP 4xx) skips its test as "not supported".
 
-The statistical tests draw a fifth of a profile's examples (scale 0.2): with the explicit ones,
-26 chi-square checks in the thorough profile, inside the kit's budget of MAX_CHECKS_PER_RUN.
+Each parameter has its own tests, so that an engine refusing one (vLLM: min_p and logit_bias
+under speculation) or lacking it (transformers serve: presence and frequency) has every other
+one judged. The statistical tests draw a tenth of a profile's examples (scale 0.1): with the
+explicit ones, 18 chi-square checks in the thorough profile, inside the kit's budget of
+MAX_CHECKS_PER_RUN.
 """
 
 from __future__ import annotations
@@ -37,11 +40,20 @@ REPEATED = (3, 9, 27, 3, 9, 27, 3, 9)
 LOOKUP = (0, 1, 2, 0, 1, 2, 0, 1)
 BIASED = (30, 1, 17, 8, 12)   # tokens 31 and 0 are the 2nd and 3rd most probable here
 
-PENALTIES = st.sampled_from([{"repetition_penalty": 1.6}, {"presence_penalty": 0.8},
-                             {"frequency_penalty": 0.6},
-                             {"repetition_penalty": 1.3, "presence_penalty": 0.4,
-                              "frequency_penalty": 0.3},
-                             {"logit_bias": ((31, 1.0), (0, 1.5))}])
+# One parameter per test: an engine that refuses one (a 4xx skips the test) or lacks it in its
+# API still has every other judged. Each draws the parameter's own values.
+PARAMETERS = {
+    "repetition_penalty": st.fixed_dictionaries(
+        {"repetition_penalty": st.sampled_from([0.8, 1.3, 1.6, 2.0])}),
+    "presence_frequency": st.fixed_dictionaries(
+        {"presence_penalty": st.sampled_from([-0.5, 0.0, 0.4, 0.8]),
+         "frequency_penalty": st.sampled_from([0.0, 0.3, 0.6])}).filter(
+        lambda d: d["presence_penalty"] or d["frequency_penalty"]),
+    "min_p": st.fixed_dictionaries({"min_p": st.sampled_from([0.05, 0.1, 0.2])}),
+    "logit_bias": st.fixed_dictionaries({"logit_bias": st.lists(
+        st.tuples(st.integers(0, 31), st.sampled_from([-2.0, 1.0, 1.5, 3.0])), min_size=1,
+        max_size=3, unique_by=lambda pair: pair[0]).map(tuple)}),
+}
 
 
 def judged(served, case, cover: bool = True):
@@ -55,53 +67,77 @@ def judged(served, case, cover: bool = True):
 
 
 @st.composite
-def shaped_cases(draw, greedy: bool, max_len: int = 2, min_p: bool = True):
-    changes = dict(draw(PENALTIES))
-    if not greedy and min_p and draw(st.booleans()):
-        changes["min_p"] = draw(st.sampled_from([0.05, 0.1, 0.2]))
+def shaped_cases(draw, parameter: str, greedy: bool):
     temperature = 0.0 if greedy else draw(st.sampled_from([0.5, 1.0]))
     # two tokens at least: the first comes from the prefill, the second can be speculated
-    length = draw(st.integers(4, 12)) if greedy else draw(st.integers(2, max_len))
+    length = draw(st.integers(4, 12)) if greedy else 2
     return ServedCase(draw(served_prompts()), length,
                       SamplingParams(temperature=temperature, seed=draw(st.integers(0, 2**20)),
-                                     **changes))
+                                     **draw(PARAMETERS[parameter])))
 
 
-@given(case=shaped_cases(greedy=True))
+def _penalized(case) -> bool:
+    return case.sampling.penalized
+
+
+# --------------------------------------------------------------------------- greedy
+
+@given(case=shaped_cases("repetition_penalty", greedy=True))
 @example(case=ServedCase(REPEATED, 8, SamplingParams(repetition_penalty=1.6)))
-@example(case=ServedCase(REPEATED, 8, SamplingParams(presence_penalty=0.8,
-                                                     frequency_penalty=0.4)))
-@example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((31, 1.0), (0, 1.5)))))
-@profiles.deterministic(scale=0.3)
-def test_greedy_under_penalties_and_bias(served, case):
+@profiles.deterministic(scale=0.2)
+def test_greedy_repetition_penalty(served, case):
     checks.check_greedy(served, judged(served, case, cover=False))
 
 
-@given(case=shaped_cases(greedy=False))
+@given(case=shaped_cases("presence_frequency", greedy=True))
+@example(case=ServedCase(REPEATED, 8, SamplingParams(presence_penalty=0.8,
+                                                     frequency_penalty=0.4)))
+@profiles.deterministic(scale=0.2)
+def test_greedy_presence_and_frequency_penalties(served, case):
+    checks.check_greedy(served, judged(served, case, cover=False))
+
+
+@given(case=shaped_cases("logit_bias", greedy=True))
+@example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((31, 1.0), (0, 1.5)))))
+@profiles.deterministic(scale=0.2)
+def test_greedy_logit_bias(served, case):
+    checks.check_greedy(served, judged(served, case))
+
+
+# --------------------------------------------------------------------------- the law
+
+@given(case=shaped_cases("repetition_penalty", greedy=False))
 @example(case=ServedCase(REPEATED, 2, SamplingParams(temperature=1.0, repetition_penalty=1.6,
                                                      seed=3)))
-@example(case=ServedCase(REPEATED, 2, SamplingParams(temperature=1.0, presence_penalty=0.8,
-                                                     frequency_penalty=0.4, seed=7)))
-@profiles.statistical(checks=1, scale=0.2)
-def test_law_under_penalties(served, case):
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_repetition_penalty(served, case):
     checks.check_law(served, judged(served, case, cover=False))
 
 
-@given(case=shaped_cases(greedy=False).map(lambda c: c.replace(min_p=0.1)))
+@given(case=shaped_cases("presence_frequency", greedy=False))
+@example(case=ServedCase(REPEATED, 2, SamplingParams(temperature=1.0, presence_penalty=0.8,
+                                                     frequency_penalty=0.4, seed=7)))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_presence_and_frequency_penalties(served, case):
+    checks.check_law(served, judged(served, case, cover=False))
+
+
+@given(case=shaped_cases("min_p", greedy=False))
 @example(case=ServedCase(BIASED, 2, SamplingParams(temperature=1.5, min_p=0.1, seed=4)))
-@profiles.statistical(checks=1, scale=0.2)
-def test_law_under_min_p(served, case):
-    checks.check_law(served, judged(served, case, cover=not case.sampling.penalized))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_min_p(served, case):
+    checks.check_law(served, judged(served, case))
 
 
-@given(case=shaped_cases(greedy=False, min_p=False).map(
-    lambda c: c.replace(logit_bias=((31, 1.0), (0, 1.5)))))
+@given(case=shaped_cases("logit_bias", greedy=False))
 @example(case=ServedCase(BIASED, 2, SamplingParams(temperature=0.5,
                                                    logit_bias=((31, 1.0), (0, 1.5)), seed=5)))
-@profiles.statistical(checks=1, scale=0.2)
-def test_law_under_logit_bias(served, case):
-    checks.check_law(served, judged(served, case, cover=not case.sampling.penalized))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_logit_bias(served, case):
+    checks.check_law(served, judged(served, case))
 
+
+# --------------------------------------------------------------------------- the rest
 
 @given(case=st.builds(lambda p, n, k, t: ServedCase(p, n, SamplingParams(temperature=t,
                                                                          logprobs=k, seed=n)),
@@ -136,6 +172,6 @@ def test_stop_strings_inside_accepted_blocks(served, case):
                       served_prompts(), st.sampled_from([0.8, 1.0, 1.5]), st.integers(2, 4),
                       st.integers(0, 2**20)))
 @example(case=ServedCase((1, 2), 2, SamplingParams(temperature=1.0, top_k=3, seed=6)))
-@profiles.statistical(checks=2, scale=0.2)
+@profiles.statistical(checks=2, scale=0.1)
 def test_n_completions_independent_and_exact(served, case):
     checks.check_n(served, judged(served, case))
