@@ -38,7 +38,9 @@ REPEATED = (3, 9, 27, 3, 9, 27, 3, 9)
 # prompt lookup proposes from the repeated prompt; its greedy output is "hdFtykykyk...", whose
 # stop string "Fty" first completes at token 5, inside the first round's block
 LOOKUP = (0, 1, 2, 0, 1, 2, 0, 1)
-BIASED = (30, 1, 17, 8, 12)   # tokens 31 and 0 are the 2nd and 3rd most probable here
+BIASED = (30, 1, 17, 8, 12)   # min_p at temperature 1.5 removes part of a wide first law
+# a bias of 3 on token 20 moves the greedy output at position 4; on token 12 after (1, 2) it
+# moves the second token's law by TV 0.40: both where speculation verifies
 
 # One parameter per test: an engine that refuses one (a 4xx skips the test) or lacks it in its
 # API still has every other judged. Each draws the parameter's own values.
@@ -98,7 +100,7 @@ def test_greedy_presence_and_frequency_penalties(served, case):
 
 
 @given(case=shaped_cases("logit_bias", greedy=True))
-@example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((31, 1.0), (0, 1.5)))))
+@example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((20, 3.0),))))
 @profiles.deterministic(scale=0.2)
 def test_greedy_logit_bias(served, case):
     checks.check_greedy(served, judged(served, case))
@@ -130,8 +132,8 @@ def test_law_min_p(served, case):
 
 
 @given(case=shaped_cases("logit_bias", greedy=False))
-@example(case=ServedCase(BIASED, 2, SamplingParams(temperature=0.5,
-                                                   logit_bias=((31, 1.0), (0, 1.5)), seed=5)))
+@example(case=ServedCase((1, 2), 2, SamplingParams(temperature=1.0, logit_bias=((12, 3.0),),
+                                                   seed=5)))
 @profiles.statistical(checks=1, scale=0.1)
 def test_law_logit_bias(served, case):
     checks.check_law(served, judged(served, case))

@@ -198,12 +198,19 @@ LAW_REP = ServedCase(PROMPT, 2, SamplingParams(temperature=1.0, repetition_penal
 LAW_MIN_P = ServedCase((30, 1, 17, 8, 12), 2, SamplingParams(temperature=1.5, min_p=0.1, seed=4))
 LAW_BIAS = ServedCase((30, 1, 17, 8, 12), 2, SamplingParams(
     temperature=0.5, logit_bias=((31, 1.0), (0, 1.5)), seed=5))
+# the bias moves the argmax at position 4 (token 20 for 31), a speculated position
+GREEDY_BIAS = ServedCase((30, 1, 17, 8, 12), 8, SamplingParams(logit_bias=((20, 3.0),)))
+# the bias moves the second token's law by TV 0.40 (computed from the target)
+LAW_BIAS_LATER = ServedCase((1, 2), 2, SamplingParams(temperature=1.0, logit_bias=((12, 3.0),),
+                                                      seed=8))
 LOGPROBS = ServedCase(PROMPT, 8, SamplingParams(logprobs=3))
 STOP = ServedCase((0, 1, 2, 0, 1, 2, 0, 1), 12, SamplingParams(stop_strings=("Fty",)))
 N = ServedCase((1, 2), 2, SamplingParams(temperature=1.0, top_k=3, seed=6))
 
-EVERY = [(checks.check_greedy, GREEDY_REP), (checks.check_law, LAW_REP),
+EVERY = [(checks.check_greedy, GREEDY_REP), (checks.check_greedy, GREEDY_BIAS),
+         (checks.check_law, LAW_REP),
          (checks.check_law, LAW_MIN_P), (checks.check_law, LAW_BIAS),
+         (checks.check_law, LAW_BIAS_LATER),
          (checks.check_logprobs, LOGPROBS), (checks.check_stop_strings, STOP),
          (checks.check_n, N)]
 
@@ -231,6 +238,8 @@ def test_correct_fake_passes_every_check():
     (mutants.RejectedDraftInHistory, checks.check_law, LAW_REP, "not distributed"),
     (mutants.IgnoresMinP, checks.check_law, LAW_MIN_P, "exact probability 0"),
     (mutants.BiasAfterTemperature, checks.check_law, LAW_BIAS, "not distributed"),
+    (mutants.BiasFirstTokenOnly, checks.check_greedy, GREEDY_BIAS, "argmax of the target"),
+    (mutants.BiasFirstTokenOnly, checks.check_law, LAW_BIAS_LATER, "not distributed"),
     (mutants.DraftLogprobs, checks.check_logprobs, LOGPROBS, "log-softmax"),
     (mutants.StopStringLate, checks.check_stop_strings, STOP, "completes at token 5"),
     (mutants.SharedStreamN, checks.check_n, N, "not independent"),

@@ -7,6 +7,9 @@ one sampling parameter, broken as engines have broken it under speculation.
     IgnoresMinP              min_p is accepted and silently dropped
     BiasAfterTemperature     the logit bias is added after temperature scaling (to processed
                              logits) instead of to the raw logits
+    BiasFirstTokenOnly       the logit bias reaches the first token (the prefill's sampler)
+                             but not the speculated positions (a verifier that loads no bias
+                             processor, as vLLM's speculative path does not)
     DraftLogprobs            the returned logprobs are the draft's (the logits a drafted token
                              came with), not the target's
     StopStringLate           a multi-token stop string ends the output one token after it
@@ -53,6 +56,18 @@ class BiasAfterTemperature(FakeServer):
         rest = replace(unbiased, temperature=1.0, repetition_penalty=1.0, presence_penalty=0.0,
                        frequency_penalty=0.0)
         return rest.probs_after(x)
+
+
+class BiasFirstTokenOnly(FakeServer):
+    def next_greedy(self, logits, ids, out, params):
+        if out:
+            params = replace(params, logit_bias=())
+        return super().next_greedy(logits, ids, out, params)
+
+    def next_probs(self, logits, ids, out, params):
+        if out:
+            params = replace(params, logit_bias=())
+        return super().next_probs(logits, ids, out, params)
 
 
 class DraftLogprobs(FakeServer):
