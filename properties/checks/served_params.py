@@ -38,7 +38,11 @@ server): 2, its stop strings and logprobs judged as the OpenAI API defines them)
     logit_bias           R           F           F (sequence_bias)    F
     stop strings         F           F           F                    F
     n > 1                F           U (n = 1)   U (n = 1)            F
-    logprobs (raw)       F           F           U                    F
+    logprobs (raw)       F           F (*)       U                    F
+
+(*) read from completion_probabilities by LlamaCpp.read_choice; LlamaCpp.complete assembles
+the final Completion and must carry `logprobs` (and `text`) through, else the test is skipped
+as "returns no logprobs".
 """
 
 from __future__ import annotations
