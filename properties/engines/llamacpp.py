@@ -110,6 +110,7 @@ class LlamaCpp(Dialect):
         id and holds it nowhere else: an engine that emitted tokens after an end of sequence
         (say, the rest of an accepted block) is reported, never stitched over."""
         tokens, drafted, accepted, part, pieces = (), 0, 0, req, ()
+        probs, text = (), ""
         while True:
             (got,) = self.read(client.post(self.body(part, client.model)), part, client.where())
             eos_problem = end_of_sequence_problem(got)
@@ -118,6 +119,8 @@ class LlamaCpp(Dialect):
                                   f"{self.body(part, client.model)})")
             tokens += got.tokens
             pieces += (len(got.tokens),)
+            probs += got.logprobs or ()
+            text += got.text or ""
             drafted += got.drafted or 0
             accepted += got.accepted or 0
             stopped_by_request = bool(tokens) and tokens[-1] in req.sampling.stop_ids
@@ -127,7 +130,8 @@ class LlamaCpp(Dialect):
                 if reason == "eos":   # id 11 is no stop of the kit's: only the length ended it
                     reason = "stop" if stopped_by_request else "length"
                 return [Completion(tokens, reason, drafted, accepted,
-                                   pieces if len(pieces) > 1 else ())]
+                                   pieces if len(pieces) > 1 else (),
+                                   probs if req.sampling.logprobs is not None else None, text)]
             seed = (None if req.sampling.seed is None
                     else (req.sampling.seed * 1_000_003 + len(tokens)) % 2**31)
             part = replace(req, prompt=tuple(req.prompt) + tokens,
