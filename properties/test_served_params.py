@@ -63,9 +63,14 @@ def judged(served, case, cover: bool = True):
     drafter gets a prompt that holds every token, a capped engine 3 tokens for 2). Penalties
     keep their own prompt (cover=False): a prompt holding every token would put every token in
     the repetition history, and a spurious token added to it would change nothing; their
-    examples' repeated prompts give a lookup matches of their own."""
+    examples' repeated prompts give a lookup matches of their own. A lookup drafter gets the
+    covering prompt all the same: a sampled first token the prompt lacks leaves it nothing to
+    propose (seen: llama.cpp's ngram-simple on these prompts was never shown), and a penalty
+    judged where nothing was drafted says nothing about speculation; a frequency penalty still
+    counts a spurious token twice."""
     moved = speculation.for_drafter(served, case)
-    return moved if cover else case.replace(max_tokens=moved.max_tokens)
+    return moved if cover or served.draft == "ngram" else case.replace(
+        max_tokens=moved.max_tokens)
 
 
 @st.composite
