@@ -178,3 +178,11 @@ def test_drawn_examples_are_valid_batches(greedy, seeded, pair):
     assert checks.seeded(seeded[0]) and seeded[0].max_tokens >= 6 and seeded[1].sampling.greedy
     checks.validate_batch(pair, client, "pair", smallest=2)
     assert pair[0].prompt != pair[1].prompt and pair[0].max_tokens <= 2
+
+
+def test_a_row_whose_own_law_is_off_is_reported_as_a_law_defect_not_dependence():
+    # the fake sampling at twice the temperature: each row's own law is off, the rows are
+    # independent; the failure must say which it is
+    with FakeServer("hot") as fake:
+        message = run("independence", served(fake))
+    assert message is not None and "a row's own law is off" in message, message
