@@ -74,7 +74,6 @@ from properties.harness import fail
 from properties.models.served import VOCAB
 from properties.speculation import send
 from properties.adapters.protocol import Request, ServedError
-from reference.sampling import SamplingParams
 
 CHECK = "properties.checks.served_acceptance:check_sampled_acceptance"
 PROP = "served_acceptance: the engine's accepted counts under sampling equal the exact expectation"
