@@ -296,9 +296,17 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
                       {c: results[c][2] for c in proposals},
                       {c: results[c][1] for c in proposals}, power)
     if not fitted:
+        # the failure's pattern on its cause line: which way and how far the rate is off
+        means = [results[c][2] for c in proposals]
+        way = ("fewer" if all(seen.accepted < m for m in means) else
+               "more" if all(seen.accepted > m for m in means) else "other")
+        rates = ", ".join(f"{m / max(seen.drafted, 1):.3f} ({c})"
+                          for c, m in zip(proposals, means))
         fail(impl, PROP, CHECK, case,
-             f"the engine's acceptance differs from the exact expectation of its draft "
-             f"({impl.draft}) for {where}, {seen.drafted:g} drafted:\n" + "\n".join(lines) +
+             f"the engine accepts {way} drafted tokens than the exact expectation of its draft "
+             f"({impl.draft}): rate {seen.accepted / max(seen.drafted, 1):.3f} per drafted "
+             f"token against {rates}, for {where}, {seen.drafted:g} drafted:\n"
+             + "\n".join(lines) +
              f"\n(false-alarm rate <= {statistics.ALPHA:.0e}; an acceptance rate per drafted "
              f"token off by {DELTA_ACCEPTANCE} is detected with power {power:.4f}, planned "
              f"from the exact variances, {v:.4g} per round)")
