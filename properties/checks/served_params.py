@@ -239,18 +239,23 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
         mismatch = law_mismatch("the outputs", result, the_plan, len(law),
                                 temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                                 L=case.max_tokens)
-        note = ""
+        # the cause line carries the failure's pattern: whether the baseline keeps the law (then
+        # speculation changes it) and at which positions the outputs are off
+        from properties.checks.served import where_off
+        where = where_off(observed, law)
+        pattern = f"the law is off {where}" if where else "the law is off"
         if impl.baseline is not None:
             base = send_baseline(impl, prop, CHECK_LAW, case,
                                  sampling_requests(impl.baseline, case, the_plan.n))
             base_counts = Counter(c.tokens for a in base for c in a[: the_plan.n])
             base_result = statistics.chi_square_gof(base_counts, law)
-            note = ("\nthe baseline server (no speculation) samples this law (p = "
-                    f"{base_result.p_value:.3g}): speculation changes it" if base_result.passed
-                    else f"\nthe baseline server fails it too (p = {base_result.p_value:.3g}): "
-                         f"the engine's formula differs from the kit's {formula.name} formula")
+            pattern = (f"speculation changes the law {where or ''} (the baseline server, no "
+                       f"speculation, samples it: p = {base_result.p_value:.3g})"
+                       if base_result.passed else
+                       f"the baseline server fails it too (p = {base_result.p_value:.3g}): the "
+                       f"engine's formula differs from the kit's {formula.name} formula")
         fail(impl, prop, CHECK_LAW, case,
-             f"with {asked(s)} under the {formula.name} formula:\n{mismatch}{note}")
+             f"with {asked(s)} under the {formula.name} formula, {pattern}:\n{mismatch}")
     return result
 
 
