@@ -53,3 +53,21 @@ def test_a_missing_results_file_is_named(tmp_path):
                            str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and f"results={tmp_path / 'none.json'}: no such file" in done.stderr
+
+
+def test_the_parameter_matrix_shows_each_sampling_parameter_per_run(tmp_path):
+    params = "properties/test_served_params.py::test_law_min_p"
+    bias = "properties/test_served_params.py::test_law_logit_bias"
+    entry = _family(passed=1, failed=[bias])
+    entry["tests"] = {params: ["not_applicable", "not supported: vllm refuses min_p=0.1"],
+                      bias: ["failed", ""]}
+    runs = [_run("vllm", "ngram", {"served_params": entry}, known=[bias]),
+            _run("llamacpp", "ngram", {"served_params": _family(passed=2) | {"tests": {
+                params: ["passed", ""], bias: ["not_shown", "not shown: ..."]}}})]
+    assert [grid.parameter_cell(runs[0], t) for t in (params, bias)] == [
+        ("n/a", "not supported: vllm refuses min_p=0.1"), ("known", "known")]
+    assert [grid.parameter_cell(runs[1], t)[1] for t in (params, bias)] == ["passed", "NOT SHOWN"]
+    results = tmp_path / "engines.json"
+    results.write_text(json.dumps(runs))
+    text = grid.write(results).read_text()
+    assert "Sampling parameters under speculation" in text and "<th>law_min_p</th>" in text

@@ -458,6 +458,7 @@ def summary(config, exitstatus=None) -> dict:
     for nodeid, (family, outcome, reason) in sorted(config._kit_outcomes.items()):
         entry = entries[family]
         entry[outcome] += 1
+        entry.setdefault("tests", {})[nodeid] = [outcome, reason[:300]]
         if outcome == "failed":
             entry["failures"].append(nodeid)
             entry["causes"][nodeid] = config._kit_causes.get(nodeid, "")

@@ -47,6 +47,40 @@ def cell(run: dict, family: str) -> tuple[str, str]:
     return "n/a", reason[:60]
 
 
+def parameter_cell(run: dict, nodeid: str) -> tuple[str, str]:
+    """(state, text) of one served_params test in one run: the engine x method x parameter
+    matrix (a refused parameter is "not supported" with the engine's message)."""
+    entry = (run.get("summary", {}).get("served_params") or {})
+    outcome, reason = (entry.get("tests") or {}).get(nodeid, (None, ""))
+    if outcome is None:
+        return "none", "-"
+    if outcome == "failed":
+        known = nodeid in run.get("known_matched", {})
+        return ("known", "known") if known else ("failed", "FAILED")
+    if outcome == "passed":
+        return "passed", "passed"
+    if outcome == "not_shown":
+        return "n/a", "NOT SHOWN"
+    return "n/a", reason[:60] or "not applicable"
+
+
+def _parameters(runs: list) -> str:
+    tests = sorted({n for r in runs for n in ((r.get("summary", {}).get("served_params") or {})
+                                              .get("tests") or {})})
+    if not tests:
+        return ""
+    rows = []
+    for run in runs:
+        name = f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])}"
+        cells = "".join(f'<td class="cell" data-state="{state}" style="background:'
+                        f'{COLOURS[state]}">{esc(text)}</td>'
+                        for state, text in (parameter_cell(run, t) for t in tests))
+        rows.append(f"<tr><td>{name}</td>{cells}</tr>")
+    head = "".join(f"<th>{esc(t.split('::', 1)[-1].removeprefix('test_'))}</th>" for t in tests)
+    return ("<h2>Sampling parameters under speculation (served_params)</h2>"
+            f"<table><tr><th>engine / method</th>{head}</tr>{''.join(rows)}</table>")
+
+
 def render(runs: list, base: Path) -> str:
     rows = []
     for run in runs:
@@ -69,7 +103,8 @@ def render(runs: list, base: Path) -> str:
             "<h1>The kit on the production engines</h1>"
             f'<p class="legend">{legend}</p><table><tr><th>engine / method</th>'
             + "".join(f"<th>{f}</th>" for f in FAMILIES)
-            + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table></body></html>")
+            + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table>"
+            + _parameters(runs) + "</body></html>")
 
 
 def write(results: str | Path, out: str | Path | None = None) -> Path:

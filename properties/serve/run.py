@@ -302,6 +302,7 @@ def _families(summary: dict) -> dict:
         out[family] = {k: entry.get(k, 0) for k in ("passed", "failed", "not_applicable",
                                                      "not_shown", "xfailed")}
         out[family]["examples_shown"] = entry.get("examples_shown", [0, 0])
+        out[family]["tests"] = entry.get("tests", {})
         out[family]["failures"] = {n: entry["causes"].get(n, "") for n in entry["failures"]}
         out[family]["reasons"] = entry["reasons"]
     return out
