@@ -272,7 +272,11 @@ def prepare(env: Environment, export_dir, log) -> None:
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
     gguf = Path(export_dir) / "gguf"
     argv = [(env or RECIPE).server, "-m", gguf / "target.gguf", "--host", "127.0.0.1",
-            "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui"]
+            "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui",
+            # the KV cache in float32, as the exported weights: its default f16 cache (and the
+            # flash-attention path that comes with it) moves logprobs by up to 1.5e-3, past
+            # the kit's float32 tolerances (measured 2026-12-03; f32 brings it to 1e-5)
+            "-fa", "off", "-ctk", "f32", "-ctv", "f32"]
     # no server-wide --seed: a request without a seed must draw a fresh one (as by default),
     # or concurrent unseeded requests would share one stream of random numbers
     if method is not None and method.draft == "ngram":
