@@ -117,7 +117,9 @@ def check_identity(client, tolerance: float, role: str = "--impl") -> None:
     target's (tie-aware). Runs before any property, so a wrong model is one clear message."""
     try:
         client.resolve()
-        answers = client.complete_many([Request(p, PROBE_TOKENS) for p in PROBES])
+        # one at a time: a server that is wrong only inside a batch is served_batch's finding,
+        # not a wrong model
+        answers = [client.complete(Request(p, PROBE_TOKENS)) for p in PROBES]
     except ServedError as exc:
         raise Refusal(f"{role} server {client.url}: {exc}") from None
     for prompt, (completion,) in zip(PROBES, answers):
