@@ -167,7 +167,10 @@ def judge(summary: dict, known: list[Known], known_given: bool, speculation: dic
     new = [(n, c) for n, c in failures if not any(k.matches(n, c) for k in known)]
     old = [(n, c) for n, c in failures if (n, c) not in new]
     matched = {n: next(k.script for k in known if k.matches(n, c)) for n, c in old}
-    ran = speculation.get("drafted", 0) > 0
+    # the engine's counters over greedy requests, or the kit's own evidence per check (an
+    # engine without counters: the replay of its lookup drafter, properties/speculation.py)
+    ran = speculation.get("drafted", 0) > 0 or any(
+        e.get("examples_shown", [0, 0])[1] > 0 for e in summary["families"].values())
     if summary["verdict"] == "INCOMPLETE" and not failures:
         return Outcome("INCOMPLETE", summary["verdict_text"], 2)
     if new:
