@@ -18,5 +18,6 @@ from properties.plugin.kit import (  # noqa: F401
     pytest_runtest_setup,
     pytest_sessionfinish,
     pytest_terminal_summary,
+    pytest_unconfigure,
     pytest_xdist_node_collection_finished,
 )

@@ -659,6 +659,12 @@ def _write_json(config, exitstatus, data=None) -> None:
         Path(path).write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
+def pytest_unconfigure(config):
+    # the recorder is module state: a kit run inside another process's tests (the launcher's
+    # pytest.main) must not leave it on for the tests that follow
+    evidence.enable(False)
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput") or not hasattr(config, "_kit_impl"):
