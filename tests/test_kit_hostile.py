@@ -143,7 +143,7 @@ def test_ctrl_c_gives_incomplete(tmp_path):
             time.sleep(0.2)
         assert mark.exists(), f"the engine never started hanging (exit {proc.poll()})"
         proc.send_signal(signal.SIGINT)
-        text, _ = proc.communicate(timeout=60)
+        text, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
