@@ -22,8 +22,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from properties.adapters.protocol import ServedError
-
 # A check is shown when at least this share of its requests were speculated (where the engine
 # tells per request or per round) or, from token totals alone, when it drafted at least this
 # many tokens per request on average.
@@ -162,5 +160,5 @@ def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
     return False
 
 
-__all__ = ["COVER", "Seen", "ServedError", "begin", "for_drafter", "record", "send", "tally",
+__all__ = ["COVER", "Seen", "begin", "for_drafter", "record", "send", "tally",
            "lookup_proposes"]
