@@ -11,6 +11,9 @@ import pytest
 import torch
 
 from properties import formulas, oracle
+from properties.engines import llamacpp as llamacpp_engine
+from properties.engines import transformers as transformers_engine
+from properties.engines import vllm as vllm_engine
 from properties.adapters.client import Client, Request
 from properties.adapters.dialects import OPENAI as OPENAI_DIALECT, openai_logprobs
 from properties.cases import ServedCase
@@ -29,18 +32,22 @@ SHAPED = SamplingParams(repetition_penalty=2.0, presence_penalty=0.5, frequency_
                         logit_bias=((2, 1.0),))
 
 
+VLLM_FORMULA = vllm_engine.FORMULA
+LLAMACPP_FORMULA = llamacpp_engine.FORMULA
+TRANSFORMERS_FORMULA = transformers_engine.FORMULA
+
 # --------------------------------------------------------------------------- formulas
 
 def test_vllm_formula_by_hand():
     # bias: [2, -1, 1.5, 0]; repetition over prompt {0} + output {1}: 2 / 2, -1 * 2;
     # frequency and presence over the output only: token 1 twice, -(0.25 * 2 + 0.5)
-    got = formulas.VLLM.adjusted(LOGITS, (0,), (1, 1), SHAPED)
+    got = VLLM_FORMULA.adjusted(LOGITS, (0,), (1, 1), SHAPED)
     assert torch.allclose(got, torch.tensor([1.0, -3.0, 1.5, 0.0], dtype=torch.float64))
 
 
 def test_llamacpp_formula_counts_the_prompt_too():
     # as vLLM, and the prompt's token 0 counted once: 1.0 - (0.25 + 0.5)
-    got = formulas.LLAMACPP.adjusted(LOGITS, (0,), (1, 1), SHAPED)
+    got = LLAMACPP_FORMULA.adjusted(LOGITS, (0,), (1, 1), SHAPED)
     assert torch.allclose(got, torch.tensor([0.25, -3.0, 1.5, 0.0], dtype=torch.float64))
 
 
@@ -52,12 +59,12 @@ def test_llamacpp_window_keeps_the_last_tokens():
 
 def test_transformers_formula_has_no_presence_or_frequency():
     rep_bias = SamplingParams(repetition_penalty=2.0, logit_bias=((2, 1.0),))
-    got = formulas.TRANSFORMERS.adjusted(LOGITS, (0,), (1, 1), rep_bias)
+    got = TRANSFORMERS_FORMULA.adjusted(LOGITS, (0,), (1, 1), rep_bias)
     assert torch.allclose(got, torch.tensor([1.0, -2.0, 1.5, 0.0], dtype=torch.float64))
     with pytest.raises(ValueError, match="no presence or frequency"):
-        formulas.TRANSFORMERS.adjusted(LOGITS, (0,), (), SHAPED)
-    assert "presence_penalty" in formulas.unsupported("transformers", SHAPED)
-    assert formulas.unsupported("vllm", SHAPED) is None
+        TRANSFORMERS_FORMULA.adjusted(LOGITS, (0,), (), SHAPED)
+    assert "presence_penalty" in formulas.unsupported(transformers_engine.DIALECT, SHAPED)
+    assert formulas.unsupported(vllm_engine.DIALECT, SHAPED) is None
 
 
 def test_min_p_before_top_k_or_after_top_p_by_hand():
@@ -65,17 +72,20 @@ def test_min_p_before_top_k_or_after_top_p_by_hand():
     logits = torch.log(torch.tensor([8.0, 4.0, 2.0, 1.0], dtype=torch.float64))
     p = SamplingParams(temperature=1.0, min_p=0.2, top_p=0.85)
     # vLLM: min_p first -> 8:4:2 / 14; top-p 0.85: mass before token 2 is 12/14 >= 0.85
-    assert torch.allclose(formulas.VLLM.probs(logits, (), (), p),
+    assert torch.allclose(VLLM_FORMULA.probs(logits, (), (), p),
                           torch.tensor([2 / 3, 1 / 3, 0, 0], dtype=torch.float64))
     # transformers: top-p first on 8:4:2:1 / 15 keeps 3 (mass before token 2 is 0.8 < 0.85)
-    assert torch.allclose(formulas.TRANSFORMERS.probs(logits, (), (), p),
+    assert torch.allclose(TRANSFORMERS_FORMULA.probs(logits, (), (), p),
                           torch.tensor([8 / 14, 4 / 14, 2 / 14, 0], dtype=torch.float64))
 
 
-def test_formula_tables_name_every_engine():
-    assert formulas.for_dialect("vllm") is formulas.VLLM
-    assert formulas.for_dialect("sglang") is None
-    assert set(formulas.REFUSED["vllm"]) == {"min_p", "logit_bias"}
+def test_each_engine_declares_its_formula_in_its_own_file():
+    from properties import engines
+    assert formulas.for_dialect(vllm_engine.DIALECT) is vllm_engine.FORMULA
+    assert formulas.for_dialect(llamacpp_engine.DIALECT) is llamacpp_engine.FORMULA
+    assert formulas.for_dialect(transformers_engine.DIALECT) is transformers_engine.FORMULA
+    assert formulas.for_dialect(engines.get("sglang").dialect) is None   # judged by baseline
+    assert set(vllm_engine.DIALECT.refused) == {"min_p", "logit_bias"}
 
 
 # --------------------------------------------------------------------------- SamplingParams
@@ -163,7 +173,7 @@ def test_llamacpp_body_names_the_chain_and_the_window():
                        logit_bias=((3, 2.0),), stop_strings=("ab",), logprobs=0, stop_ids=(4,))
     body = llamacpp.DIALECT.body(Request(PROMPT, 4, s), "m")
     assert body["samplers"] == ["penalties", "temperature", "min_p", "top_k", "top_p"]
-    assert body["repeat_penalty"] == 1.5 and body["repeat_last_n"] == formulas.PENALTY_WINDOW
+    assert body["repeat_penalty"] == 1.5 and body["repeat_last_n"] == llamacpp_engine.PENALTY_WINDOW
     assert body["logit_bias"] == [[3, 2.0]] and body["stop"] == ["e", "ab"]
     assert body["n_probs"] == 1 and body["min_p"] == 0.1
     plain = llamacpp.DIALECT.body(Request(PROMPT, 4), "m")

@@ -57,6 +57,12 @@ class Dialect:
     at_root: bool = False
     # each completion carries the engine's draft statistics (Completion.drafted / .accepted)
     per_response: bool = False
+    # the engine's formula for penalties, min_p and logit_bias (reference.penalties.Formula),
+    # read from its source; None: the kit knows none (served_params compares with the baseline)
+    formula: object = None
+    # parameters its API cannot take at all (-> why), and those it refuses under speculation
+    unsupported: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------- requests
 

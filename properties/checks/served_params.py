@@ -72,9 +72,13 @@ DELTA_PAIR = 0.2
 
 # --------------------------------------------------------------------------- helpers
 
-def engine(impl) -> str:
+def dialect(impl):
     impl.client.resolve()
-    return impl.client.dialect.name
+    return impl.client.dialect
+
+
+def engine(impl) -> str:
+    return dialect(impl).name
 
 
 def asked(params) -> str:
@@ -87,7 +91,7 @@ def asked(params) -> str:
 
 
 def _skip_unsupported(impl, params) -> None:
-    reason = formulas.unsupported(engine(impl), params)
+    reason = formulas.unsupported(dialect(impl), params)
     if reason:
         pytest.skip(f"not supported: {reason}")
 
@@ -156,7 +160,7 @@ def check_greedy(impl, case: ServedCase):
     prop = "served_params: greedy output under penalties or a logit bias"
     case = case.replace(temperature=0.0, top_k=0, top_p=1.0)
     _skip_unsupported(impl, case.sampling)
-    formula = formulas.for_dialect(engine(impl))
+    formula = formulas.for_dialect(dialect(impl))
     tol = impl.logit_tolerance
     (served,), = send(impl, prop, CHECK_GREEDY, case, [_request(case)])
     problem = bounds_violation(case, served)
@@ -208,7 +212,7 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
     prop = "served_params: the law of the first L tokens under the engine's formula"
     s = case.sampling
     _skip_unsupported(impl, s)
-    formula = formulas.for_dialect(engine(impl))
+    formula = formulas.for_dialect(dialect(impl))
     if formula is None and impl.baseline is None:
         pytest.skip(f"cannot judge: the kit knows no formula of {engine(impl)} for {asked(s)} "
                     f"and there is no baseline server to compare with")
@@ -372,7 +376,7 @@ def check_stop_strings(impl, case: ServedCase):
     case = case.replace(temperature=0.0, top_k=0, top_p=1.0)
     s = case.sampling
     _skip_unsupported(impl, s)
-    formula = formulas.for_dialect(engine(impl)) or formulas.OPENAI
+    formula = formulas.for_dialect(dialect(impl)) or formulas.OPENAI
     (served,), = send(impl, prop, CHECK_STOP_STRINGS, case, [_request(case)])
     greedy, start, end = expected_stop(case, formula)
     tokens = list(served.tokens)
@@ -423,7 +427,7 @@ def check_n(impl, case: ServedCase, delta: float = DELTA_PAIR):
     if impl.client.dialect.honours_n is False or impl.client.supports_n is False:
         pytest.skip(f"not supported: {name} answers one completion per request (n)")
     _skip_unsupported(impl, s)
-    formula = formulas.for_dialect(engine(impl)) or formulas.OPENAI
+    formula = formulas.for_dialect(dialect(impl)) or formulas.OPENAI
     law = _law(case, formula)
     pairs_law = {(a, b): pa * pb for a, pa in law.items() for b, pb in law.items()}
     the_plan = statistics.plan(list(pairs_law.values()), delta)

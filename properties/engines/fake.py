@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from properties.adapters.dialects import Dialect, read_prometheus
 from properties.engines import Command, Engine, Method
+from reference.penalties import OPENAI
 
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
@@ -29,7 +30,8 @@ class Fake(Dialect):
         return read_prometheus(client, (DRAFTED,), (ACCEPTED,))
 
 
-FAKE = Fake(stop_in_ids=True, stop_in_text=True, honours_n=True)
+# the fake server follows the OpenAI formula (properties/engines/fake_server.py)
+FAKE = Fake(stop_in_ids=True, stop_in_text=True, honours_n=True, formula=OPENAI)
 
 
 def command(env, export_dir, method, port) -> Command:

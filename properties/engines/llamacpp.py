@@ -21,7 +21,7 @@ from properties.adapters.protocol import BadResponse, Completion, Request
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
-from properties.formulas import PENALTY_WINDOW
+from reference.penalties import Formula
 
 K = 4
 METHODS = {m.name: m for m in (
@@ -88,7 +88,7 @@ class LlamaCpp(Dialect):
         """Penalties, min_p, logit_bias and n_probs in llama-server's names
         (tools/server/server-schema.cpp). The penalties and min_p are samplers of the chain,
         which the kit names: penalties first, min_p right after temperature, as vLLM orders
-        them (properties/formulas.py, LLAMACPP); the window is the whole history."""
+        them (FORMULA below); the window is the whole history."""
         body = {}
         if s.penalized:
             body.update(repeat_penalty=s.repetition_penalty, presence_penalty=s.presence_penalty,
@@ -184,7 +184,28 @@ def llamacpp_logprobs(entries, where: str) -> tuple | None:
     return tuple(out)
 
 
+# Its sampling formula, from its vendored source (src/):
+#   * order: common/sampling.cpp common_sampler_init: the logit-bias sampler first, then the
+#     chain in the request's `samplers` order, then dist. The kit names the chain: penalties,
+#     temperature, min_p, top_k, top_p (properties/engines/llamacpp.py).
+#   * penalties: src/llama-sampler.cpp llama_sampler_penalties_apply: logit <= 0 multiplied,
+#     else divided by repeat_penalty; then count * frequency_penalty + (count > 0) *
+#     presence_penalty subtracted, count over the last repeat_last_n tokens the sampler accepted:
+#     the prompt (tools/server/server-context.cpp, the slot's sampler init accepts every prompt
+#     token) and the output. The kit sends repeat_last_n = PENALTY_WINDOW, more than any kit
+#     context, so the whole history counts.
+#   * min_p: llama_sampler_min_p_apply: logit >= max logit + log(min_p) kept (p >= min_p * p_max).
+#   * logprobs: n_probs; tools/server/server-context.cpp populate_token_probs with
+#     post_sampling_probs false (the default): softmax of the raw logits
+#     (get_token_probabilities), before the chain.
+#   * stop strings: `stop`; the text is cut at the stop word (stop_type "word").
+# repeat_last_n the kit sends with a penalty (its context is 2048): the whole history
+PENALTY_WINDOW = 2048
+FORMULA = Formula("llama.cpp", repetition_sees="prompt+output", counts_see="prompt+output",
+                  window=PENALTY_WINDOW)
+
 DIALECT = LlamaCpp(
+    formula=FORMULA,
     # llama-server's defaults are top_k 40, top_p 0.95, min_p 0.05, temperature 0.8 and a
     # sampler chain that applies temperature last; the kit names every setting and puts the
     # chain in the conventional order (temperature, then top-k, then top-p).

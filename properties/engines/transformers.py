@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect
+from reference.penalties import Formula
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 
@@ -47,8 +48,8 @@ class Transformers(Dialect):
     def shaping(s) -> dict:
         """repetition_penalty, min_p and the logit bias as generation-config fields
         (generation/utils.py _get_logits_processor: sequence_bias, RepetitionPenalty, then the
-        sampling warpers with MinP after TopP; properties/formulas.py, TRANSFORMERS). Presence,
-        frequency and logprobs have no field here (formulas.UNSUPPORTED): never sent."""
+        sampling warpers with MinP after TopP; FORMULA below). Presence,
+        frequency and logprobs have no field here (the dialect's `unsupported`): never sent."""
         config = {}
         if s.repetition_penalty != 1.0:
             config["repetition_penalty"] = s.repetition_penalty
@@ -68,7 +69,22 @@ class Transformers(Dialect):
         return (f"--served-generation-config={json.dumps(self.generation_config)}",)
 
 
-DIALECT = Transformers(notes=("text only; stop ids as generation_config eos_token_id",))
+# Its sampling formula, from its source:
+# transformers serve 5.24 (generation/utils.py GenerationMixin._get_logits_processor):
+#   SequenceBiasLogitsProcessor (sequence_bias), then RepetitionPenaltyLogitsProcessor over
+#   input_ids (prompt and output); for sampling TemperatureLogitsWarper, TopK, TopP, then
+#   MinPLogitsWarper (min_p after top-p). No presence or frequency penalty (cli/serving/
+#   completion.py maps frequency_penalty to repetition_penalty = 1 + f, not the OpenAI meaning,
+#   and lists presence_penalty, logprobs and n as unused fields, ignored with a warning): the kit
+#   sends none of those to it.
+FORMULA = Formula("transformers", repetition_sees="prompt+output", counts_see=None,
+                  min_p_after_top_p=True)
+
+DIALECT = Transformers(
+    notes=("text only; stop ids as generation_config eos_token_id",), formula=FORMULA,
+    unsupported={"presence_penalty": "no such processor in transformers",
+                 "frequency_penalty": "served as repetition_penalty = 1 + f, not the OpenAI penalty",
+                 "logprobs": "an unused field of /v1/completions (ignored)"})
 LOOKUP = {"prompt_lookup_num_tokens": 4}
 
 def serve_available() -> str | None:

@@ -19,6 +19,7 @@ from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
+from reference.penalties import Formula
 
 K = 4
 METHODS = {m.name: m for m in (
@@ -92,7 +93,34 @@ class VLLM(Dialect):
         return replace(found, accepted_per_position=accepted_per_position(text))
 
 
+# Its sampling formula, from its source (site-packages/vllm/):
+#   * order: v1/sample/sampler.py, class Sampler (docstring and apply_logits_processors): the
+#     logit-bias processor (non-argmax-invariant) runs before apply_penalties; sample() applies
+#     temperature, then the argmax-invariant processors (min_p), then top-k and top-p.
+#   * penalties: model_executor/layers/utils.py apply_penalties: the repetition penalty on
+#     tokens in prompt or output (_custom_ops.apply_repetition_penalties_torch: logit > 0
+#     divided, else multiplied); frequency times the output's counts and presence times its
+#     mask subtracted ("we follow the definition in OpenAI API"): output tokens only.
+#   * min_p: v1/sample/logits_processor/builtin.py MinPLogitsProcessor.apply: on the tempered
+#     softmax, p < min_p * p_max set to -inf.
+#   * under speculation: sampling_params.py SamplingParams._validate_spec_decode refuses
+#     min_p > 0 and any logit_bias ("not yet supported with speculative decoding", a 400);
+#     v1/sample/logits_processor/__init__.py build_logitsprocs loads neither processor when a
+#     speculative config is set. Penalties are applied at every draft position with the draft
+#     prefix as history (v1/sample/rejection_sampler.py RejectionSampler.apply_logits_processors,
+#     _combine_outputs_with_spec_tokens).
+#   * logprobs: v1/sample/sampler.py Sampler.forward, logprobs_mode "raw_logprobs" by default:
+#     log_softmax of the raw logits, before penalties and temperature (the rejection sampler
+#     returns them from raw_target_logits).
+#   * stop strings: v1/engine/detokenizer.py update / check_stop_strings: token_ids keep the
+#     tokens through the one completing the stop string; the text is cut before it
+#     (include_stop_str_in_output false, which the kit sends).
+FORMULA = Formula("vllm", repetition_sees="prompt+output", counts_see="output")
+
 DIALECT = VLLM(
+    formula=FORMULA,
+    refused={"min_p": "sampling_params.py SamplingParams._validate_spec_decode",
+             "logit_bias": "sampling_params.py SamplingParams._validate_spec_decode"},
     neutral={"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
              "min_p": 0.0, "ignore_eos": True, "skip_special_tokens": False,
              "include_stop_str_in_output": False},

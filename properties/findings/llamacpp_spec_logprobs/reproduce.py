@@ -183,7 +183,7 @@ def check(name: str, url: str, exact: Exact) -> tuple[int, int, int]:
               f"\n    exact (float64)  {[round(w, 4) for w in want]}"
               f"\n    top_logprobs     {tops} entries (n_probs {body['n_probs']})"
               f"\n    off by > {TOLERANCE}: positions {off}"
-              + (f" (all returned as 0.0)" if off and all(got[i] == 0.0 for i in off) else ""))
+              + (" (all returned as 0.0)" if off and all(got[i] == 0.0 for i in off) else ""))
     print(f"  {name}: {wrong} of {positions} logprobs off, {zero} of them 0.0")
     return positions, wrong, zero
 
