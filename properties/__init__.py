@@ -32,7 +32,7 @@ The parts:
                  count), acceptance_by_position.py (Σ min(p, q) of the rounds a run made),
                  speculation.py (was anything drafted where a served check judges? a test
                  never shown speculating is NOT SHOWN, never a pass), formulas.py (each
-                 engine's penalties, min_p and logit_bias, from its source), evidence.py,
+                 engine dialect's formula for penalties, min_p and logit_bias), evidence.py,
                  profiles.py (Hypothesis profiles), progress.py, replay.py, impl.py (finding
                  the implementation under test)
     models/      the kit's float64 models: trace (instrumentation), tables, specs, the

@@ -4,7 +4,7 @@ Each parameter has broken under speculation somewhere: a repetition penalty whos
 in rejected drafts, a draft sampled from processed logits but verified against raw ones, a
 verifier that took the argmax whatever the temperature. So each is judged as the served
 families judge temperature, top-k and top-p, against the float64 target processed by the
-*engine's formula* (properties/formulas.py: the order of operations and which history each
+*engine's formula* (each engine file's FORMULA, read through properties/formulas.py: the order of operations and which history each
 penalty sees, read from the engine's source):
 
     check_greedy        temperature 0 with penalties or a logit bias: each token is the exact
