@@ -44,7 +44,9 @@ The parts:
                  transformers' assisted generation, and any server over HTTP (the OpenAI
                  client, its default dialect, the served Impl)
     engines/     one file per production engine (vLLM, llama.cpp, transformers serve, SGLang,
-                 the fake): environment, command lines per method, health, dialect, counters
+                 the fake): environment, command lines per method, health, dialect, counters;
+                 an engine driven through its Python API declares a Session class there, served
+                 by the kit's stdlib-only worker (inprocess.py, python_api.py) as any server
     serve/       the launcher: ``python -m properties.serve run ENGINE METHOD`` starts an
                  engine and its baseline, runs the served families, stops them
     export/      the kit's checkpoints as Hugging Face directories, the trained pair, recipes

@@ -81,6 +81,10 @@ def pairs(draw):
 
 @pytest.fixture(scope="module")
 def batching(served):
+    engine = served.engine
+    if engine is not None and engine.concurrency and engine.concurrency < checks.MIN_BATCH:
+        pytest.skip(f"not supported: {engine.title} answers {engine.concurrency} request(s) at "
+                    f"a time (batch size {engine.concurrency}): no batch forms")
     if served.client.concurrency < checks.MIN_BATCH:
         pytest.skip(f"not applicable: --served-concurrency={served.client.concurrency} keeps "
                     f"fewer than {checks.MIN_BATCH} requests in flight at once: no batch forms")

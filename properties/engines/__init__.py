@@ -21,6 +21,11 @@ An engine's file declares one `ENGINE` (an `Engine`) and everything engine-speci
     dialects(method)                optional: the dialect per method, where speculation is
                                     switched on per request (transformers serve)
     schedule                        its end-of-request draft habit (properties.acceptance)
+    concurrency                     optional: requests it answers at once (1: no batches)
+
+An engine driven through its Python API (no server of its own) declares a `Session` class in
+its file and serves it with the kit's worker (properties/engines/python_api.py, inprocess.py):
+to the kit it is a server like any other.
 
 The client, the checks, the launcher and the speed measurement only call these; none of them
 names an engine. Adding an engine is its file plus one line here (and a make target for its
@@ -98,6 +103,9 @@ class Engine:
     runnable: bool = True           # False: recipe only (needs hardware this kit lacks)
     recipe: bool = True             # False: left out of the printed recipes (the self-test)
     schedule: str | None = None     # end-of-request draft habit (properties.acceptance)
+    # requests it answers at once, where it cannot batch (1: batch size 1, as an engine driven
+    # through a Python API that takes one sequence); None: as many as the kit sends
+    concurrency: int | None = None
 
     def method(self, name: str) -> Method:
         if name not in self.methods:

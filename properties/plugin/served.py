@@ -152,6 +152,10 @@ def configure(impl, opts: dict) -> None:
     impl.draft, impl.k = opts["draft"], opts["k"]
     engine = opts["engine"]
     impl.engine = engine
+    if engine is not None and engine.concurrency:   # what it answers at once, at most
+        client.concurrency = min(client.concurrency, engine.concurrency)
+        if impl.baseline is not None:
+            impl.baseline.concurrency = client.concurrency
     impl.schedule = engine.schedule if engine is not None else None
 
 
