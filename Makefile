@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test test-extra bench models clean engine-vllm engine-llamacpp engines ci-engines
+.PHONY: conformance conformance-others test test-extra bench models clean engine-vllm engine-llamacpp engine-openvino engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -96,6 +96,29 @@ $(LLAMA_SERVER): | $(STAMP)
 
 engine-llamacpp: $(STAMP) $(LLAMA_SERVER)
 	$(LLAMA_SERVER) --version 2>&1 | head -1
+
+# OpenVINO GenAI in its own environment: optimum-intel (the conversion to OpenVINO IR) needs
+# transformers < 5.6; torch is pinned to the CPU build (else pip pulls a CUDA one) and installed
+# alone first, so only that one package is looked up on PyTorch's CPU index; torchvision is
+# removed because its import breaks the export. scipy is for properties/findings/.
+OPENVINO_VERSION ?= 2026.4.1.0
+OPTIMUM_INTEL_VERSION ?= 2.2.0
+OPENVINO_TORCH ?= torch==2.13.0+cpu
+OPENVINO_TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+OPENVINO_STAMP := $(ENGINES)/openvino/.installed
+$(OPENVINO_STAMP):
+	test -x $(ENGINES)/openvino/bin/python || $(PYTHON) -m venv $(ENGINES)/openvino
+	$(ENGINES)/openvino/bin/pip install --quiet --upgrade pip
+	$(ENGINES)/openvino/bin/pip install --quiet --no-deps "$(OPENVINO_TORCH)" \
+		--extra-index-url $(OPENVINO_TORCH_INDEX)
+	$(ENGINES)/openvino/bin/pip install --quiet "openvino-genai==$(OPENVINO_VERSION)" \
+		"optimum-intel[openvino]==$(OPTIMUM_INTEL_VERSION)" "transformers<5.6" "$(OPENVINO_TORCH)" scipy
+	$(ENGINES)/openvino/bin/pip uninstall --quiet -y torchvision
+	touch $(OPENVINO_STAMP)
+
+engine-openvino: $(OPENVINO_STAMP)
+	$(ENGINES)/openvino/bin/python -c "from importlib.metadata import version as v; \
+		print('openvino-genai', v('openvino-genai'), 'optimum-intel', v('optimum-intel'))"
 
 # The kit on every engine and method that runs here; results in $(RESULTS) and its .md table,
 # each run's report page in its run directory, and the matrix linking them (runs/engines.html).
