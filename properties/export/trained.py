@@ -6,11 +6,18 @@ draft) and DIR/draft-early-exit (the target's first exit layers as a standalone 
 with the trained byte-level BPE tokenizer. The served law checks keep the kit's own exported
 models (a 32-token vocabulary whose two-token law is enumerable); these are for speed and
 acceptance, where a random pair would make speculation lose.
+
+Not every engine loads every shape: an engine's attention kernels take only some head sizes, and
+one may accept a model at start-up and fail at its first request (vLLM's CPU build with the small
+draft's head_dim 24: "Unsupported CPU attention configuration: head_dim=24", issue 24). The
+export warns, naming the model, its head_dim and the engine, for every such pair
+(`unservable`).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import torch
@@ -28,6 +35,31 @@ MODELS = {
 }
 
 
+# Head sizes each engine's attention takes, with where the rule comes from.
+HEAD_SIZES = {
+    # vLLM 0.32.0 (CPU build): vllm/v1/attention/backends/cpu_attn.py,
+    # CPUAttentionBackend.get_supported_head_sizes
+    "vllm": ("vLLM's CPU attention takes head_dim in {32, 64, 80, 96, 112, 128, 160, 192, 224, "
+             "256, 512}", lambda d: d in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)),
+    # as found when the project's onnxruntime-genai engine was set up (issue 24's notes)
+    "onnxruntime-genai": ("onnxruntime-genai needs head_dim a multiple of 16",
+                          lambda d: d % 16 == 0),
+}
+
+
+def unservable(models: dict) -> list[str]:
+    """One line per (model, engine) whose head size the engine cannot run; models: name ->
+    a Qwen3-family module (its config's head_dim is what the engine sees)."""
+    problems = []
+    for name, model in models.items():
+        head_dim = model.config.head_dim
+        for engine, (rule, takes) in HEAD_SIZES.items():
+            if not takes(head_dim):
+                problems.append(f"{name} has head_dim={head_dim}, which {engine} cannot run "
+                                f"({rule}): serve it with another engine")
+    return problems
+
+
 def tokenizer_files(pair: TrainedPair) -> dict[str, str]:
     return {"tokenizer.json": (pair.path / "tokenizer.json").read_text(),
             "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
@@ -42,6 +74,8 @@ def export(directory) -> dict[str, Path]:
     pair = load(torch.float32)
     models = {"target": pair.target, "draft-small": pair.small,
               "draft-early-exit": standalone_early_exit(pair.target, pair.exit_layers)}
+    for problem in unservable(models):
+        warnings.warn(problem, stacklevel=2)
     files = tokenizer_files(pair)
     paths = {}
     for name, model in models.items():
