@@ -53,6 +53,15 @@ DELTA_TREE_THOROUGH = 0.02  # the same in the thorough profile (6.25x the sample
 # Checks performed in this process (the conformance summary adds them up across workers).
 checks_run = 0
 
+# The calibration run's recorder (properties/calibration): None in a kit run, so each check pays
+# one test of it; a list there, and every check appends (kind, p-value, passed, df, n) to it.
+recorder: list | None = None
+
+
+def _record(kind: str, result) -> None:
+    recorder.append({"kind": kind, "p": result.p_value, "passed": result.passed,
+                     "impossible": bool(result.impossible), "df": result.df, "n": result.n})
+
 
 # --------------------------------------------------------------------------- power analysis
 
@@ -268,6 +277,8 @@ def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
                        worst=worst, detectable=detectable_tv(n, max(df, 1), alpha))
     if evidence.enabled:
         evidence.gof(result, outcomes, groups, f_obs, f_exp, contributions)
+    if recorder is not None:
+        _record("gof", result)
     return result
 
 
@@ -349,4 +360,6 @@ def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
                                                      / (2 * n))))
     if evidence.enabled:
         evidence.two_sample(result, outcomes, groups, table, expected)
+    if recorder is not None:
+        _record("two_sample", result)
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from pathlib import Path
 
 from properties import families as kit_families
 from properties import statistics
@@ -268,6 +269,18 @@ def _served(served: dict) -> str:
     return "".join(parts) + "</section>"
 
 
+# The stated alpha and power, measured over many runs (properties/calibration, issue 25).
+CALIBRATION = Path(__file__).resolve().parents[2] / "CONFORMANCE.md"
+CALIBRATION_ANCHOR = "calibration-the-stated-error-rates-measured"
+
+
+def _calibration_link() -> str:
+    return (f'<p class="muted" id="calibration">The alpha and power stated here, measured over '
+            f'many runs of the kit on correct and deliberately deviating engines: '
+            f'<a href="{esc(CALIBRATION.as_uri())}#{CALIBRATION_ANCHOR}">CONFORMANCE.md, '
+            f'"Calibration: the stated error rates, measured"</a>.</p>')
+
+
 def render(data: dict) -> str:
     h, summary = data["header"], data["summary"]
     verdict = h["verdict"]
@@ -303,6 +316,7 @@ def render(data: dict) -> str:
             + (f'<ul class="headlines">{"".join(lines)}</ul>' if lines else "")
             + '<table class="meta">' + "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>"
                                                for k, v in meta) + "</table>"
-            f"<nav>families: {nav}</nav>{sections}"
+            + _calibration_link()
+            + f"<nav>families: {nav}</nav>{sections}"
             '<p id="kit-self-check">page self-check: not run (no script)</p>'
             f"<script>{SELF_CHECK}</script></body></html>")

@@ -1,0 +1,176 @@
+"""Implementations that deviate from the exact law by exactly a chosen total variation, for
+measuring power (the self-test's mutants, tests/mutants/, break an engine in a realistic way;
+these break it by a stated amount).
+
+The deviation is the one the power calculation is worst against (properties/statistics.py): the
+exact law P of what a check observes is split into two parts S+ and S- of masses A and B, as
+near equal as the outcomes allow, and reweighted:
+
+    Q(o) = P(o) (1 + delta / A) on S+,   Q(o) = P(o) (1 - delta / B) on S-
+
+Q sums to 1, and TV(P, Q) = (delta + delta) / 2 = delta exactly. chi2(Q || P) = delta^2 (1/A +
+1/B) >= 4 delta^2, with equality at A = B = 1/2: the power calculation's bound.
+
+An engine samples Q by rejection from its own correct outputs: run the correct engine, keep its
+output o with probability w(o) / max w (w = Q / P), else run it again. Every output it returns
+is a genuine output of the correct engine (caches, stats and stops stay consistent), and the
+law of the returned output is exactly Q. The rule (accept_or_correct) draws its committed token
+from Q directly, as the rule's p is its input.
+
+Where the check observes the rule's tokens in bins (large vocabularies, properties/checks/rule.py),
+w is constant on each bin, so the law of the bins moves by delta too.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from properties import oracle, statistics
+
+# family -> the correct implementation whose deviating copy is measured, and its design TV
+POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference"}
+DESIGN = {"rule": statistics.DELTA_RULE, "sequence": statistics.DELTA_SEQUENCE,
+          "tree": statistics.DELTA_TREE}
+FRACTIONS = (0.5, 0.75, 1.0)   # deviations measured, as fractions of the design TV
+MAX_LAW_LENGTH = 6   # longer outputs (the determinism probe's 24 tokens) pass unchanged
+
+
+def deltas(family: str) -> tuple:
+    return tuple(round(f * DESIGN[family], 6) for f in FRACTIONS)
+
+
+def split(probs) -> np.ndarray:
+    """A sign per outcome (+1: S+, -1: S-), masses as near equal as a greedy split gets: the
+    outcomes, largest first, each joins the lighter side."""
+    probs = np.asarray(probs, dtype=np.float64)
+    sign = np.zeros(len(probs))
+    mass = {1: 0.0, -1: 0.0}
+    for i in np.argsort(-probs, kind="stable"):
+        side = 1 if mass[1] <= mass[-1] else -1
+        sign[i] = side
+        mass[side] += probs[i]
+    return sign
+
+
+def weights(probs, delta: float) -> np.ndarray:
+    """w = Q / P for the split above; TV(P, P w) = delta exactly."""
+    probs = np.asarray(probs, dtype=np.float64)
+    if not 0 < delta <= 1:
+        raise ValueError(f"delta (a total variation) must be in (0, 1], got {delta}")
+    sign = split(probs)
+    plus, minus = probs[sign > 0].sum(), probs[sign < 0].sum()
+    if delta > minus:
+        raise ValueError(f"delta={delta} exceeds the lighter part's mass {minus:.4g}: no such "
+                         f"deviation of this law")
+    return np.where(sign > 0, 1 + delta / plus, 1 - delta / minus)
+
+
+def total_variation(p, q) -> float:
+    return 0.5 * float(np.abs(np.asarray(p, dtype=np.float64) - np.asarray(q)).sum())
+
+
+# --------------------------------------------------------------------------- the rule
+
+def deviated_p(p, q, delta: float) -> torch.Tensor:
+    """p reweighted by delta over the labels the rule check observes (token_bins)."""
+    from properties.checks.rule import token_bins
+    pn, qn = p.double().numpy(), q.double().numpy()
+    labels = token_bins(pn, qn)
+    names = sorted({labels[y] for y in np.flatnonzero(pn > 0)}, key=repr)
+    index = {name: i for i, name in enumerate(names)}
+    of = np.array([index.get(labels[y], -1) for y in range(len(pn))])
+    mass = np.bincount(of[pn > 0], weights=pn[pn > 0], minlength=len(names))
+    w = weights(mass, delta)
+    return torch.from_numpy(np.where(pn > 0, pn * w[np.maximum(of, 0)], 0.0))
+
+
+def deviating_rule(delta: float):
+    """accept_or_correct committing y ~ deviated_p (accepted when y is the proposal). The law
+    is computed once per (p, q): a check makes thousands of calls with the same pair."""
+    laws: dict = {}
+
+    def accept_or_correct(p, q, token, generator=None):
+        key = (p.double().numpy().tobytes(), q.double().numpy().tobytes())
+        if key not in laws:
+            laws.clear()
+            laws[key] = deviated_p(p, q, delta)
+        y = int(torch.multinomial(laws[key], 1, generator=generator))
+        return y, y == int(token)
+
+    return accept_or_correct
+
+
+# --------------------------------------------------------------------------- whole outputs
+
+@lru_cache(maxsize=256)
+def _weights_for(key, law_items: tuple, delta: float) -> dict:
+    outcomes = [o for o, _ in law_items]
+    w = weights([pr for _, pr in law_items], delta)
+    return dict(zip(outcomes, w))
+
+
+def _law(target, prompt, L, temperature, top_k, top_p, stop_ids) -> tuple:
+    fingerprint = target.next_logits(list(prompt)).numpy().tobytes()
+    return _cached_law(fingerprint, target, tuple(prompt), L, temperature, top_k, top_p,
+                       tuple(stop_ids))
+
+
+_laws: dict = {}
+
+
+def _cached_law(fingerprint, target, prompt, L, temperature, top_k, top_p, stop_ids) -> tuple:
+    key = (fingerprint, prompt, L, temperature, top_k, top_p, stop_ids)
+    if key not in _laws:
+        law = oracle.law_from(lambda seqs: torch.stack([target.next_logits(list(s)) for s in seqs]),
+                              prompt, L, temperature, top_k, top_p, stop_ids)
+        _laws[key] = tuple(law.items())
+    return key, _laws[key]
+
+
+def deviating_generate(base, delta: float):
+    """A generate function (speculative_generate, tree_generate, target_generate) whose output
+    law is the correct `base`'s reweighted as above (exact law from the target model it is
+    given, through properties.oracle.law_from)."""
+    signature = inspect.signature(base)
+
+    def generate(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        L, temperature = int(a["max_new_tokens"]), float(a.get("temperature") or 0.0)
+        if temperature <= 0 or L > MAX_LAW_LENGTH:
+            return base(*args, **kwargs)
+        key, law = _law(a["target"], a["prompt_ids"], L, temperature, int(a.get("top_k") or 0),
+                        float(a.get("top_p", 1.0)), tuple(a.get("stop_ids") or ()))
+        w = _weights_for(key, law, delta)
+        top = max(w.values())
+        while True:
+            out = base(*args, **kwargs)
+            tokens = out[0] if isinstance(out, tuple) else out
+            tokens = tuple(int(t) for t in tokens)
+            keep = w.get(tokens, top) / top
+            if float(torch.rand(1, generator=a.get("generator"), dtype=torch.float64)) < keep:
+                return out
+
+    return generate
+
+
+def deviating(impl, family: str, delta: float):
+    """A copy of impl whose function judged by `family` deviates by delta."""
+    out = copy.copy(impl)
+    out.functions = dict(impl.functions)
+    name = {"rule": "accept_or_correct", "sequence": "speculative_generate",
+            "tree": "tree_generate", "sampler": "target_generate"}[family]
+    if name not in out.functions:
+        raise ValueError(f"{impl.spec} has no {name} to deviate")
+    if family == "rule":
+        out.functions[name] = deviating_rule(delta)
+    else:
+        out.functions[name] = deviating_generate(impl.functions[name], delta)
+    out.spec = f"{impl.spec} deviating by TV {delta}"
+    return out

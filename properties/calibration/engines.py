@@ -1,0 +1,59 @@
+"""The correct implementations each family is calibrated on, and how a worker gets them.
+
+``served`` is the project's fake server (properties/engines/fake_server.py, exact sampling from
+the float64 target) in the worker's own process, reached over HTTP as a kit run reaches it with
+``python -m properties.serve run fake perfect-draft``. ``own-sampler`` is a correct engine that
+exposes its own sampler (target_generate): the only kind the sampler family applies to, and the
+one on which the sequence family takes its two-sample path.
+"""
+
+from __future__ import annotations
+
+OWN_SAMPLER = "tests.mutants.conventions:ConventionalWithHook"
+
+# family -> the correct implementations it runs on (names for properties.impl.load, or "served")
+CORRECT = {
+    "rule": ("reference", "fast"),
+    "sequence": ("reference", "fast", "transformers", OWN_SAMPLER),
+    "sampler": (OWN_SAMPLER,),
+    "batched": ("fast",),
+    "tree": ("reference", "fast"),
+    "served_sequence": ("served",),
+}
+SHORT = {OWN_SAMPLER: "own-sampler"}
+
+_loaded: dict = {}
+_fakes: list = []
+
+
+def short(spec: str) -> str:
+    return SHORT.get(spec, spec)
+
+
+def get(spec: str):
+    """The Impl for spec, loaded once per process (a served one starts its fake server)."""
+    if spec not in _loaded:
+        if spec == "served":
+            _loaded[spec] = _served()
+        else:
+            from properties.impl import load
+            _loaded[spec] = load(spec)
+    return _loaded[spec]
+
+
+def _served():
+    from properties.adapters.served import make_impl
+    from properties.engines import fake
+    from properties.engines.fake_server import FakeServer
+    server = FakeServer()
+    server.__enter__()
+    _fakes.append(server)          # kept for the process's life; its threads are daemons
+    impl = make_impl("openai:" + server.url)
+    impl.client.dialect = fake.FAKE
+    impl.engine, impl.schedule, impl.draft = fake.ENGINE, fake.ENGINE.schedule, "perfect"
+    return impl
+
+
+def close() -> None:
+    while _fakes:
+        _fakes.pop().__exit__(None, None, None)

@@ -1,0 +1,267 @@
+"""The calibration run's own parts (properties/calibration): the summary's mathematics against
+scipy and hand counts, the deviating implementations' total variation computed exactly, and
+the collector on a small statistical test of its own (seconds in all)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, strategies as st
+from scipy import stats
+
+from properties import oracle, profiles, statistics
+from properties.calibration import collect, deviate, summary
+from properties.calibration import stats as cs
+from properties.cases import PairSpec, RuleCase
+from properties.checks.rule import rule_law
+from properties.impl import load
+from properties.models import TableSpec, build_pair
+
+# --------------------------------------------------------------------------- the mathematics
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (1, 10), (5, 10), (10, 10), (3, 200), (0, 1), (47, 1000)])
+def test_clopper_pearson_matches_scipy(k, n):
+    want = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    low, high = cs.clopper_pearson(k, n)
+    assert low == pytest.approx(want.low, abs=1e-12) and high == pytest.approx(want.high, abs=1e-12)
+
+
+def test_clopper_pearson_rejects_bad_counts():
+    with pytest.raises(ValueError, match="k=5, n=3"):
+        cs.clopper_pearson(5, 3)
+
+
+def test_uniformity_accepts_uniform_and_rejects_bent_p_values():
+    rng = np.random.default_rng(7)
+    uniform = rng.uniform(size=3000)
+    assert cs.uniformity(uniform)["consistent"]
+    # a liberal check (p-values piled towards 0) and a conservative one (towards 1)
+    assert not cs.uniformity(uniform ** 1.5)["consistent"]
+    assert not cs.uniformity(uniform ** (1 / 1.5))["consistent"]
+    with pytest.raises(ValueError, match="p-values must lie in"):
+        cs.uniformity([0.5, 1.5])
+
+
+def test_rate_and_tail_extrapolation_by_hand():
+    p = np.arange(1, 1001) / 1000.0            # 1/1000 .. 1: 49 values below 0.05, 9 below 0.01
+    r = cs.rate(p, 0.05)
+    assert (r["k"], r["n"]) == (49, 1000) and r["ratio"] == pytest.approx(0.98)
+    at = cs.extrapolated(p, 2e-6, tail=0.01)
+    assert at["estimate"] == pytest.approx(2e-6 * 0.9)
+    low, high = cs.clopper_pearson(9, 1000)
+    assert (at["low"], at["high"]) == (pytest.approx(2e-6 * low / 0.01),
+                                       pytest.approx(2e-6 * high / 0.01))
+
+
+def test_qq_envelope_holds_the_expected_order_statistics():
+    expected, low, high = cs.qq_envelope(99)
+    assert expected[49] == pytest.approx(0.5)
+    assert np.all(low < expected) and np.all(expected < high)
+
+
+def test_half_power_interpolates():
+    assert cs.half_power([0.02, 0.04, 0.06], [0.1, 0.3, 0.9]) == pytest.approx(0.04 + 0.2 / 0.6 * 0.02)
+    assert cs.half_power([0.02, 0.04], [0.6, 0.9]) is None
+
+
+def test_union_bound_and_its_binomial_test():
+    assert cs.expected_run_bound(27, 2e-6) == pytest.approx(5.4e-5)
+    assert cs.binomial_consistent(0, 100, 5.4e-5)
+    assert not cs.binomial_consistent(3, 100, 5.4e-5)
+
+
+# --------------------------------------------------------------------------- deviations
+
+@pytest.mark.parametrize("probs", [[0.5, 0.5], [0.7, 0.2, 0.1], [0.4, 0.3, 0.2, 0.05, 0.05],
+                                   list(np.random.default_rng(3).dirichlet(np.ones(40)))])
+@pytest.mark.parametrize("delta", [0.01, 0.05, 0.1])
+def test_weights_move_the_law_by_exactly_delta(probs, delta):
+    p = np.asarray(probs)
+    q = p * deviate.weights(p, delta)
+    assert q.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.all(q >= 0)
+    assert deviate.total_variation(p, q) == pytest.approx(delta, abs=1e-12)
+    # the power calculation's bound chi2(Q || P) >= 4 TV^2 holds, near equality when balanced
+    assert ((q - p) ** 2 / p).sum() >= 4 * delta ** 2 - 1e-12
+
+
+def test_weights_refuse_an_impossible_deviation():
+    with pytest.raises(ValueError, match="delta=0.2 exceeds"):
+        deviate.weights([0.9, 0.1], 0.2)
+
+
+@pytest.mark.parametrize("pair", [PairSpec(6, seed=1, p_kind="dirichlet", q_kind="peaked"),
+                                  PairSpec(2000, seed=2, p_kind="flat", q_kind="sparse")])
+def test_deviated_rule_moves_the_observed_law_by_delta(pair):
+    """The committed token's law over the labels the rule check observes (bins for 2000
+    tokens) is at exactly the design TV from p's."""
+    p, q = pair.build()
+    label, _, marginal, *_ = rule_law(p.numpy(), q.numpy())
+    moved = deviate.deviated_p(p, q, statistics.DELTA_RULE).numpy()
+    law = Counter()
+    for y in np.flatnonzero(moved > 0):
+        law[label[y]] += moved[y]
+    keys = list(marginal)
+    assert deviate.total_variation([marginal[k] for k in keys], [law[k] for k in keys]) \
+        == pytest.approx(statistics.DELTA_RULE, abs=1e-9)
+
+
+class _Target:
+    """A target whose next-token logits depend on the context's length only."""
+
+    LOGITS = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]],
+                                    dtype=torch.float64))
+
+    def next_logits(self, prefix):
+        return self.LOGITS[len(prefix) % 3]
+
+
+def _ancestral(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0, stop_ids=(),
+               generator=None):
+    """A correct sampler of the target's law, in the engine API's shape."""
+    from reference.sampling import probs_from_logits
+    out = []
+    for _ in range(max_new_tokens):
+        p = probs_from_logits(target.next_logits(list(prompt_ids) + out), temperature)
+        out.append(int(torch.multinomial(p, 1, generator=generator)))
+    return out, {}
+
+
+def test_deviating_generate_samples_the_reweighted_law():
+    """The rejection sampler's output law is P w: a chi-square check of 4,000 outputs against
+    P w passes, and against P fails (TV 0.12 at 4,000 outputs: detected with power ~1)."""
+    generate = deviate.deviating_generate(_ancestral, statistics.DELTA_SEQUENCE)
+    law = oracle.law_from(lambda seqs: torch.stack([_Target().next_logits(list(s)) for s in seqs]),
+                          (1,), 2, 1.0)
+    w = deviate.weights(list(law.values()), statistics.DELTA_SEQUENCE)
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    assert deviate.total_variation(list(law.values()), list(moved.values())) \
+        == pytest.approx(statistics.DELTA_SEQUENCE)
+    g = torch.Generator().manual_seed(5)
+    out = Counter(tuple(generate(_Target(), None, [1], 2, k=2, temperature=1.0, generator=g)[0])
+                  for _ in range(4000))
+    assert statistics.chi_square_gof(out, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(out, law, alpha=1e-4).passed
+    # outputs too long to enumerate (the determinism probe's) pass through unchanged
+    long = deviate.MAX_LAW_LENGTH + 1
+    assert generate(_Target(), None, [1], long, temperature=1.0,
+                    generator=torch.Generator().manual_seed(9))[0] == _ancestral(
+        _Target(), None, [1], long, temperature=1.0, generator=torch.Generator().manual_seed(9))[0]
+
+
+@pytest.mark.extra
+def test_deviating_reference_engine_samples_the_reweighted_law():
+    """The same on the reference engine and a kit table model (about 15 s)."""
+    from properties.models import DraftSpec
+    impl = deviate.deviating(load("reference"), "sequence", statistics.DELTA_SEQUENCE)
+    spec, L = TableSpec(2, seed=3, scale=1.0), 2
+    law = oracle.sequence_law(spec, (1, 0), L, 1.0)
+    w = deviate.weights(list(law.values()), statistics.DELTA_SEQUENCE)
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    g = torch.Generator().manual_seed(5)
+    out = Counter()
+    for _ in range(800):
+        target, draft = build_pair(spec, DraftSpec("random", 1))
+        tokens, _ = impl.functions["speculative_generate"](target, draft, [1, 0], L, k=2,
+                                                           temperature=1.0, generator=g)
+        out[tuple(tokens)] += 1
+    assert statistics.chi_square_gof(out, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(out, law, alpha=1e-4).passed
+
+
+# --------------------------------------------------------------------------- the collector
+
+@profiles.statistical(checks=2)
+@given(case=st.builds(RuleCase, pair=st.just(PairSpec(3, seed=0)), seed=st.integers(0, 2**32 - 1)))
+@example(case=RuleCase(PairSpec(3, seed=0), seed=1))
+def _two_checks(impl, case):
+    """A statistical test of the kit's shape: two checks on samples drawn from the case's seed
+    (the second sampler is wrong when the seed is divisible by 1,000,000: never in practice)."""
+    rng = np.random.default_rng(case.seed)
+    law = {0: 0.5, 1: 0.3, 2: 0.2}
+    statistics.chi_square_gof(Counter(rng.choice(3, 400, p=[0.5, 0.3, 0.2]).tolist()), law)
+    statistics.chi_square_gof(Counter(rng.choice(3, 400, p=[0.5, 0.3, 0.2]).tolist()), law)
+
+
+@profiles.statistical(checks=1)
+@given(case=st.builds(RuleCase, pair=st.just(PairSpec(3, seed=0)), seed=st.integers(0, 9)))
+def _always_wrong(impl, case):
+    from properties.harness import fail
+    result = statistics.chi_square_gof({0: 400}, {0: 0.5, 1: 0.5})
+    fail(impl, "calibration self-test", "none", case, result.summary())
+
+
+def test_recorder_is_off_in_a_kit_run():
+    assert statistics.recorder is None
+
+
+def test_collector_records_every_check_with_fresh_seeds():
+    impl = load("reference")
+    tests = [("_two_checks", _two_checks)]
+    a = collect.run_once("rule", impl, 11, tests=tests)
+    b = collect.run_once("rule", impl, 12, tests=tests)
+    count = 1 + profiles.generated_examples(1.0, collect.PROFILE)
+    assert statistics.recorder is None
+    for run in (a, b):
+        assert not run["failed"] and len(run["records"]) == 2 * count
+        assert [r["check"] for r in run["records"]] == [0, 1] * count
+    # distinct runs draw distinct samples, the explicit example included (reseeded)
+    assert [r["p"] for r in a["records"]][:2] != [r["p"] for r in b["records"]][:2]
+    again = collect.run_once("rule", impl, 11, tests=tests)
+    assert [r["p"] for r in again["records"]] == [r["p"] for r in a["records"]]
+
+
+def test_a_failing_check_ends_the_run_not_conformant():
+    run = collect.run_once("rule", load("reference"), 3, tests=[("_always_wrong", _always_wrong)])
+    assert run["failed"] and run["records"] and not run["records"][0]["passed"]
+    assert "PropertyFailure" in run["failures"][0]["error"]
+
+
+def test_summary_writes_the_table_and_picture(tmp_path):
+    rng = np.random.default_rng(1)
+    import json
+    with open(tmp_path / "runs.jsonl", "w") as f:
+        for i in range(30):
+            records = [{"p": float(p), "passed": True, "check": 0} for p in rng.uniform(size=5)]
+            f.write(json.dumps({"family": "rule", "impl": "reference", "delta": 0.0, "seed": i,
+                                "seconds": 1.0, "failed": False, "failures": [],
+                                "records": records}) + "\n")
+        for delta, rejected in ((0.02, 3), (0.05, 10)):
+            for i in range(10):
+                records = [{"p": 0.0 if i < rejected else 0.5, "passed": i >= rejected, "check": 0}]
+                f.write(json.dumps({"family": "rule", "impl": "reference", "delta": delta,
+                                    "seed": i, "seconds": 1.0, "failed": i < rejected,
+                                    "failures": [], "records": records}) + "\n")
+    table = summary.write(tmp_path)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["null"]["rule"]["checks"] == 150 and data["null"]["rule"]["failed_runs"] == 0
+    assert data["power"]["rule"]["by_delta"][1]["rejected"] == 10
+    assert data["power"]["rule"]["half_power_run"] == pytest.approx(0.02 + 0.2 / 0.7 * 0.03)
+    assert "| rule (reference) | 30 | 150 |" in table
+    assert (tmp_path / "calibration-qq.svg").read_text().startswith("<?xml")
+
+
+def test_report_page_links_to_the_calibration_section():
+    """The kit's report page links to CONFORMANCE.md's calibration section: the file exists
+    and holds a heading whose anchor (GitHub's rule: lower case, punctuation dropped, spaces
+    to hyphens) is the link's."""
+    import re
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    from properties.report import page
+    from tests.test_kit_report import _summary
+    data = {"header": {"impl": "reference", "description": "-", "versions": {}, "profile": "dev",
+                       "seed": "-", "date": "-", "seconds": 1.0, "verdict": "CONFORMANT",
+                       "verdict_line": "verdict: CONFORMANT", "command": "-"},
+            "summary": _summary({}), "tests": {}}
+    link = re.search(r'<p class="muted" id="calibration">.*?href="([^"]+)"', page.render(data))
+    url = urlparse(link.group(1))
+    text = Path(unquote(url.path)).read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    assert url.fragment in anchors
