@@ -36,7 +36,12 @@ class StaticCache:
         A scatter, not a slice assignment: every row writes at its own offset, and a scatter
         with a device index tensor is safe to capture in a CUDA graph.
         """
-        index = slots[:, None, :, None].expand(k.shape)  # [rows, kv_heads, T, head_dim]
+        self.write_at(layer, rows, slots[:, None, :, None].expand(k.shape), k, v)
+
+    def write_at(self, layer: int, rows: int, index: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor):
+        """write() with the scatter index [rows, kv_heads, T, head_dim] already expanded (a
+        forward pass builds it once for all its layers)."""
         self.keys[layer][:rows].scatter_(2, index, k)
         self.values[layer][:rows].scatter_(2, index, v)
 

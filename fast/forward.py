@@ -56,6 +56,12 @@ def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int)
     return prefix[:, None, :] | (inside[:, None, :] & seen.transpose(0, 1))
 
 
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """mask [B, T, span] (True = may attend) as an additive bias [B, 1, T, span] in dtype."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill_(~mask, float("-inf"))[:, None]
+
+
 def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots: torch.Tensor,
             positions: torch.Tensor, mask: torch.Tensor, span: int,
             logits_at: str | torch.Tensor | None = "all", rotary=None) -> torch.Tensor | None:
@@ -75,7 +81,11 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     cos_table, sin_table = rotary
     cos = cos_table[positions][:, :, None, :]                            # [B, T, 1, D]
     sin = sin_table[positions][:, :, None, :]
-    attn_mask = mask[:, None]                                            # [B, 1, T, span]
+    # Built once per call, not per layer: the additive form of the mask (0 where a token may
+    # attend, -inf where not), which is what attention turns a boolean mask into on every call.
+    attn_bias = attention_bias(mask, weights.dtype)                      # [B, 1, T, span]
+    # Where each fed token's key/value goes, shared by every layer's cache write.
+    write_at = slots[:, None, :, None].expand(B, KV, T, D)               # [B, KV, T, D]
     x = F.embedding(ids, weights.embed)                                  # [B, T, hidden]
     for index, layer in enumerate(weights.layers):
         h = rms_norm(x, layer.input_norm, s.eps)
@@ -83,14 +93,16 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
         # q and k heads share one norm (per-head weights) and one rotary.
         qk = apply_rotary(rms_norm(qkv[:, :, :H + KV], layer.qk_norm, s.eps), cos, sin)
         q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV:]
-        cache.write(index, B, slots, k.transpose(1, 2), v.transpose(1, 2))
+        cache.write_at(index, B, write_at, k.transpose(1, 2), v.transpose(1, 2))
         keys, values = cache.view(index, B, span)                        # [B, KV, span, D]
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=attn_mask,
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=attn_bias,
                                            enable_gqa=H != KV)           # [B, H, T, D]
-        x = x + F.linear(y.transpose(1, 2).reshape(B, T, H * D), layer.o)
+        # Residual adds and the SwiGLU product in place: x, and the fused gate/up output, are
+        # this call's own tensors, so no step allocates for them.
+        x.add_(F.linear(y.transpose(1, 2).reshape(B, T, H * D), layer.o))
         h = rms_norm(x, layer.post_norm, s.eps)
         gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, layer.down)
+        x.add_(F.linear(F.silu(gate, inplace=True).mul_(up), layer.down))
     if logits_at is None:
         return None
     if isinstance(logits_at, str):
