@@ -2,7 +2,7 @@
 
 Greedy, k = 4, the chapter's early-exit draft (the target's first 2 of 6 layers), `tiny`
 target in float32, prompts of 4..24 tokens, 32 new tokens each. Throughput is generated tokens
-per second; both engines produce the same tokens (checked). Target: >= 10x at B = 32.
+per second; both engines produce the same tokens (checked). Target: >= 30x at B = 32 (issue 24 raised it from 10x).
 """
 
 import pytest
@@ -75,6 +75,6 @@ def test_a_fast_batched(benchmark, figures, models, prompts, batch):
     baseline = figures.get(f"a/reference/{batch}")
     if baseline is not None:
         ratio = speed / baseline
-        target = ">= 10" if batch == 32 else None
+        target = ">= 30" if batch == 32 else None  # issue 24
         figures.ratio(benchmark, f"(a) fast batched / reference loop, tokens/s, B={batch}", ratio,
-                      target, ratio >= 10 if batch == 32 else None)
+                      target, ratio >= 30 if batch == 32 else None)

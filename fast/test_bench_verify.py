@@ -6,7 +6,7 @@ committed tokens. The loop is the reference engine's: per row, per position,
 `reference.speculative.accept_or_correct`, stopping at the first rejection, then the bonus draw
 when every proposal was accepted. The vectorized side is fast.verify.rejection_sample (uniforms
 included). Distributions come from the `tiny` target and its early-exit draft at temperature 1,
-so acceptance is what a real round sees. Target: >= 50x.
+so acceptance is what a real round sees. Target: >= 100x (issue 24 raised it from 50x).
 
 Both sides start from p; a third measurement adds the batched float64 softmax that turns the
 target's logits into p (the reference engine does that per position inside its loop) and is
@@ -76,7 +76,7 @@ def ratio_to_loop(benchmark, figures, label, target=None):
     seconds, loop_seconds = figures.seconds(benchmark), figures.get("b/loop")
     if seconds is not None and loop_seconds is not None:
         ratio = loop_seconds / seconds
-        figures.ratio(benchmark, label, ratio, target, None if target is None else ratio >= 50)
+        figures.ratio(benchmark, label, ratio, target, None if target is None else ratio >= 100)
 
 
 def test_b_vectorized(benchmark, figures, block):
@@ -86,7 +86,7 @@ def test_b_vectorized(benchmark, figures, block):
                                      rounds=200, iterations=5, warmup_rounds=10)
     benchmark.extra_info["mean_accepted"] = accepted.double().mean().item()
     ratio_to_loop(benchmark, figures, "(b) loop of accept_or_correct / vectorized verify, time",
-                  ">= 50")
+                  ">= 100")  # issue 24
 
 
 def test_b_vectorized_from_logits(benchmark, figures, block):
