@@ -35,7 +35,10 @@ def main(argv=None) -> int:
         p.add_argument("--minutes", type=float, default=None,
                        help="stop starting runs after this long (what finished is kept)")
         p.add_argument("--families", default=None)
-        p.add_argument("--impls", default=None, help="comma-separated; default: each family's")
+        p.add_argument("--impls", default=None, help="comma-separated: run: only these of each family's correct implementations; "
+                            "power: the implementations to deviate")
+        p.add_argument("--tests", default=None,
+                       help="comma-separated test names: only these tests of the families")
     s = sub.add_parser("summary")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--docs", type=Path, default=None, help="also write the pictures here")
@@ -47,16 +50,18 @@ def main(argv=None) -> int:
     if args.runs < 1:
         raise SystemExit(f"--runs must be >= 1, got {args.runs}")
     impls = args.impls.split(",") if args.impls else None
+    only = tuple(args.tests.split(",")) if args.tests else None
     if args.command == "run":
         families = _families(args.families or ",".join(collect.MODULES), collect.MODULES)
-        task_list = runner.tasks(families, args.runs, args.seed, "null", impls=impls)
+        task_list = runner.tasks(families, args.runs, args.seed, "null", impls=impls,
+                                 tests=only)
     else:
         families = _families(args.families or ",".join(deviate.POWER_IMPL), deviate.POWER_IMPL)
         task_list = []
         for family in families:
             task_list += runner.tasks([family], args.runs, args.seed, "power",
                                       deltas=deviate.deltas(family),
-                                      impls=impls or [deviate.POWER_IMPL[family]])
+                                      impls=impls or [deviate.POWER_IMPL[family]], tests=only)
         task_list.sort(key=lambda t: t["seed"])
     runner.run(task_list, args.out, args.workers, args.minutes)
     return 0

@@ -20,28 +20,45 @@ def _init_worker():
 
 
 def _task(task: dict) -> dict:
+    try:
+        return _run_task(task)
+    except Exception as exc:     # noqa: BLE001 - a broken set-up is reported, the batch goes on
+        return {"family": task["family"], "impl": task["impl"], "delta": task.get("delta", 0.0),
+                "batch": task["batch"], "seed": task["seed"], "seconds": 0.0, "failed": False,
+                "setup_error": f"{type(exc).__name__}: {exc}", "failures": [], "records": []}
+
+
+def _run_task(task: dict) -> dict:
     from properties.calibration import collect, engines
     impl = engines.get(task["impl"])
     if task.get("delta"):
         from properties.calibration import deviate
         impl = deviate.deviating(impl, task["family"], task["delta"])
-    result = collect.run_once(task["family"], impl, task["seed"])
+    tests = collect.statistical_tests(task["family"])
+    if task.get("tests"):
+        tests = [(name, fn) for name, fn in tests if name in task["tests"]]
+    result = collect.run_once(task["family"], impl, task["seed"], tests=tests)
     result.update(impl=engines.short(task["impl"]), delta=task.get("delta", 0.0),
                   batch=task["batch"])
     return result
 
 
-def tasks(families, runs: int, seed: int, batch: str, deltas=(0.0,), impls=None) -> list[dict]:
+def tasks(families, runs: int, seed: int, batch: str, deltas=(0.0,), impls=None,
+          tests=None) -> list[dict]:
     """The tasks of a batch: runs x families x their implementations x deltas. Each (family,
-    implementation, delta, run) takes its own Hypothesis seed from `seed`."""
+    implementation, delta, run) takes its own Hypothesis seed from `seed`; `tests`: only these
+    test names (None: every statistical test of the family)."""
     from properties.calibration import engines
     out = []
     for r in range(runs):
         for family in families:
-            for spec in impls or engines.CORRECT[family]:
+            specs = engines.CORRECT[family] if batch == "null" else impls
+            if batch == "null" and impls:       # a filter on each family's own list
+                specs = [s for s in specs if s in impls or engines.short(s) in impls]
+            for spec in specs:
                 for delta in deltas:
                     out.append({"family": family, "impl": spec, "delta": delta, "batch": batch,
-                                "seed": seed + r})
+                                "seed": seed + r, "tests": tests})
     return out
 
 
@@ -60,6 +77,9 @@ def run(task_list: list[dict], out: Path, workers: int = 2, minutes: float | Non
             sink.flush()
             done += 1
             ps = [r["p"] for r in result["records"]]
+            if result.get("setup_error"):
+                echo(f"{result['family']} on {result['impl']}: NOT RUN: {result['setup_error']}")
+                continue
             echo(f"[{done}/{len(task_list)}] {result['family']} on {result['impl']}"
                  f"{' deviating ' + str(result['delta']) if result['delta'] else ''} seed "
                  f"{result['seed']}: {len(ps)} checks, min p {min(ps) if ps else float('nan'):.3g}, "

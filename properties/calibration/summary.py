@@ -29,7 +29,8 @@ def load(out: Path) -> list[dict]:
     path = Path(out) / "runs.jsonl"
     if not path.exists():
         raise SystemExit(f"{path}: no runs (make calibration writes it)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in runs if not r.get("setup_error")]   # the log names those
 
 
 def _null(runs: list[dict]) -> dict:
@@ -39,10 +40,12 @@ def _null(runs: list[dict]) -> dict:
             groups[run["family"]].append(run)
     out = {}
     for family, rs in list(groups.items()) + [("all", [r for g in groups.values() for r in g])]:
-        ps = [rec["p"] for r in rs for rec in r["records"]]
+        # a check whose law pools into one cell (df 0) tests nothing and returns p = 1
+        ps = [rec["p"] for r in rs for rec in r["records"] if rec.get("df", 1) >= 1]
         checks = [len(r["records"]) for r in rs]
         failed = sum(r["failed"] for r in rs)
         row = {"runs": len(rs), "impls": sorted({r["impl"] for r in rs}), "checks": len(ps),
+               "df0_checks": sum(checks) - len(ps),
                "checks_per_run": float(np.mean(checks)) if checks else 0.0,
                "failed_runs": failed, "failed_interval": cs.clopper_pearson(failed, len(rs)),
                "below_alpha": int(sum(p < statistics.ALPHA for p in ps)),
@@ -94,7 +97,8 @@ def qq_svg(runs: list[dict], path: Path) -> None:
     by_family = defaultdict(list)
     for run in runs:
         if not run.get("delta"):
-            by_family[run["family"]] += [rec["p"] for rec in run["records"]]
+            by_family[run["family"]] += [rec["p"] for rec in run["records"]
+                                         if rec.get("df", 1) >= 1]
     families = sorted(by_family)
     if not families:
         return
