@@ -38,6 +38,7 @@ import argparse
 import ast
 import faulthandler
 import json
+import os
 import sys
 import threading
 import traceback
@@ -178,6 +179,10 @@ def main(argv=None) -> int:
     parser.add_argument("--config", default="{}", help="JSON given to the session")
     args = parser.parse_args(argv)
     faulthandler.enable()    # a crash in native code leaves its Python stack in the log
+    # run as a script, Python puts this folder first on sys.path, where an engine file named
+    # as its engine's package would shadow that package in the session's imports
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     path, _, name = args.session.rpartition(":")
     if not path or not name:
         parser.error(f"--session={args.session}: expected FILE:CLASS")
