@@ -65,6 +65,7 @@ ENGINES = {
     "transformers": "transformers",
     "sglang": "sglang",
     "fake": "fake",
+    "openvino": "openvino",
 }
 
 

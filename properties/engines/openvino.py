@@ -1,0 +1,355 @@
+"""OpenVINO GenAI (Intel's generation API over the OpenVINO runtime), driven through its Python
+API in its own environment (``make engine-openvino``: .engines/openvino, openvino-genai
+2026.4.1.0 with optimum-intel 2.2.0 for the conversion, transformers < 5.6, torch 2.13.0+cpu;
+about 2 minutes and 1.6 GB).
+
+Conversion (`prepare`): ``optimum-cli export openvino --model DIR --task
+text-generation-with-past --weight-format fp32 OUT`` per model, 20 to 40 s each. The kit's
+32-token tokenizer (a byte-level BPE with no merges and no added token) does not convert
+("Incorrect number of inputs passed to BPETokenizer", openvino-tokenizers 2026.4.1), and a
+speculative pipeline will not start without a tokenizer even when it is fed ids. With one added
+special token at id vocab_size it converts and maps every id to itself (checked on this
+machine, 2026-12-03): so each model is converted from a staged copy of its export whose
+tokenizer has that token, and the export itself (what every other engine loads) is unchanged.
+A tokenizer that already has an added token (the trained pair's) is staged as it is.
+
+At run time: token ids in and out through an ``ov.Tensor``. The checkpoints name no
+end-of-sequence id, and the engine refuses the null one ("'stop_token_ids' must be non-negative
+... -1"): the session sets the end-of-sequence id to vocab_size, which no model can emit, and a
+request's stop ids as ``stop_token_ids``. Speculation with a draft model is
+``LLMPipeline(target, "CPU", draft_model=draft_model(draft, "CPU"))`` with
+``num_assistant_tokens``; prompt lookup is ``LLMPipeline(target, "CPU", prompt_lookup=True)``
+with ``num_assistant_tokens`` and ``max_ngram_size``. Both run on the continuous-batching
+(paged attention) pipeline, whose SchedulerConfig users leave at LLMPipeline's default
+(src/cpp/src/utils.cpp get_latency_oriented_scheduler_config: prefix caching on, the batched
+tokens unlimited); the `-no-prefix-caching` methods set ``enable_prefix_caching`` off.
+Inference and the KV cache in float32, as the exported weights: the CPU plugin's default KV
+cache is u8 and moved a 4-token sequence's log-probability by 2e-4 (measured 2026-12-03;
+float32 brings it within 1e-6 of the kit's float64 law).
+
+Counts: ``extended_perf_metrics`` per generate call (``get_num_draft_tokens``,
+``get_num_accepted_tokens``); none for prompt lookup, whose speculation the kit shows by its
+own lookup replay (properties/speculation.py). One request at a time: LLMPipeline takes one
+generation config per call, so the served_batch family's mixed batches cannot be sent as one
+call (concurrency 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from properties.engines import Command, Engine, EngineMissing, Method, python_api
+from properties.engines.local import engines_dir, output
+
+VERSION = "2026.4.1.0"
+K = 4
+# prompt lookup: the longest n-gram of the context it matches (it tries shorter ones after)
+NGRAM = 3
+FOLDER = "openvino"          # converted models, beside the export
+STAGED = "openvino-source"   # the staged copies they are converted from
+# the SchedulerConfig variants: None is LLMPipeline's default (what users run)
+DEFAULT, NO_PREFIX_CACHING = None, {"enable_prefix_caching": False}
+
+
+@dataclass(frozen=True)
+class OpenVINOMethod(Method):
+    scheduler: dict | None = None
+
+
+def _methods() -> dict:
+    base = (("draft-early-exit", "draft model: the target's first layer", "draft-early-exit"),
+            ("draft-random", "draft model: an independent random model", "draft-random"),
+            ("perfect-draft", "draft model: the target itself", "perfect"),
+            ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})", "ngram"))
+    found = {}
+    for name, description, draft in base:
+        found[name] = OpenVINOMethod(name, description + " (default SchedulerConfig)", draft, K)
+        found[f"{name}-no-prefix-caching"] = OpenVINOMethod(
+            f"{name}-no-prefix-caching", description + " (SchedulerConfig: prefix caching off)",
+            draft, K, NO_PREFIX_CACHING)
+    return found
+
+
+METHODS = _methods()
+
+
+@dataclass(frozen=True)
+class Environment:
+    python: Path
+
+
+RECIPE = Environment(Path("python"))    # as a user types it in the engine's environment
+
+
+# ----------------------------------------------------------------- the engine, in its process
+
+class Session:
+    """One LLMPipeline (a target, with a draft model, prompt lookup or neither) behind the kit's
+    worker (properties/engines/inprocess.py): compiled alone in the engine's environment."""
+
+    PARAMS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p", "stop")
+
+    def __init__(self, config):
+        self.settings = config
+        self.pipe = self.build()
+        self.eos, self.k, self.ngram = int(config["eos"]), config.get("k"), config.get("ngram")
+        self.lookup = bool(config.get("prompt_lookup"))
+        self.speculates = bool(config.get("draft")) or self.lookup
+
+    def build(self):
+        import openvino_genai as genai
+        config = self.settings
+        # float32 inference and KV cache, as the exported weights (see the module's docstring)
+        device = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+        options = dict(device)
+        if config.get("scheduler") is not None:
+            scheduler = genai.SchedulerConfig()
+            # LLMPipeline's own default, then the method's change (utils.cpp
+            # get_latency_oriented_scheduler_config: unlimited batched tokens, prefix caching)
+            scheduler.max_num_batched_tokens = 2**63 - 1
+            scheduler.enable_prefix_caching = True
+            for key, value in config["scheduler"].items():
+                setattr(scheduler, key, value)
+            options["scheduler_config"] = scheduler
+        if config.get("draft"):
+            options["draft_model"] = genai.draft_model(config["draft"], "CPU", **device)
+        if config.get("prompt_lookup"):
+            options["prompt_lookup"] = True
+        return genai.LLMPipeline(config["target"], "CPU", **options)
+
+    def config(self, params):
+        import os
+        c = self.pipe.get_generation_config()
+        # an end-of-sequence id no model emits (the checkpoints name none, and -1 is refused);
+        # the request's stop ids are the only ones
+        c.set_eos_token_id(self.eos)
+        stops = set(int(t) for t in params["stop_token_ids"])
+        c.stop_token_ids = stops
+        c.ignore_eos = not stops
+        c.max_new_tokens = int(params["max_tokens"])
+        c.min_new_tokens = 0
+        sampled = params["temperature"] > 0
+        c.do_sample = sampled
+        if sampled:
+            c.temperature = float(params["temperature"])
+            c.top_p = float(params["top_p"])
+            if params["top_k"]:
+                c.top_k = int(params["top_k"])
+        # a request without a seed draws a fresh one (the config's default seed is a constant)
+        seed = params["seed"]
+        c.rng_seed = int(seed) if seed is not None else int.from_bytes(os.urandom(4), "little")
+        for key in ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p"):
+            if key in params:
+                setattr(c, key, float(params[key]))
+        if params.get("stop"):
+            c.stop_strings = set(params["stop"])
+        if self.speculates:
+            c.num_assistant_tokens = int(self.k)
+        if self.lookup:
+            c.max_ngram_size = int(self.ngram)
+        return c
+
+    def generate(self, prompt, params):
+        import numpy as np
+        import openvino as ov
+        c = self.config(params)
+        try:
+            result = self.pipe.generate(ov.Tensor(np.array([prompt], dtype=np.int64)), c)
+        except RuntimeError:
+            # after a failed request a speculative pipeline drafts nothing more, silently
+            # (properties/findings/openvino_draft_prefix_cache): the failure is answered, and
+            # a new pipeline serves the next request, as a server that died is restarted
+            self.pipe = self.build()
+            raise
+        ids = [int(t) for t in result.tokens[0]]
+        stops = set(params["stop_token_ids"])
+        # short of max_tokens: a stop id (kept at the end) or a stop string (cut) ended it
+        stopped = len(ids) < params["max_tokens"] or (bool(ids) and ids[-1] in stops)
+        finish = "stop" if stopped else "length"
+        if not self.speculates:
+            return ids, finish, None
+        if self.lookup:   # no counts: the kit's lookup replay shows the speculation
+            return ids, finish, None
+        m = result.extended_perf_metrics
+        return ids, finish, {"drafted": int(m.get_num_draft_tokens()),
+                             "accepted": int(m.get_num_accepted_tokens())}
+
+
+
+# ----------------------------------------------------------------- the kit's side
+
+@dataclass(frozen=True)
+class OpenVINO(python_api.InProcess):
+    """The worker's answers for an LLMPipeline: a matched stop string's tokens are cut from
+    the output (include_stop_str_in_output is false by default), and no per-token
+    log-probabilities or logit bias exist in its GenerationConfig. `counted` False (prompt
+    lookup): the engine reports no draft counts."""
+
+    name: str = "openvino"
+    counted: bool = True
+
+    def counters(self, client):
+        return super().counters(client) if self.counted else None
+
+
+DIALECT = OpenVINO(
+    stop_string_in_ids=False,
+    unsupported={"logit_bias": "GenerationConfig has no logit bias",
+                 "logprobs": "EncodedResults carries one score per sequence (the sum of its "
+                             "log-probabilities), no per-token log-probabilities"},
+    notes=("token ids in and out through ov.Tensor; one request per generate call",
+           "a matched stop id ends the output (kept); a matched stop string is cut",
+           "draft counts per call: extended_perf_metrics (none for prompt lookup)"))
+LOOKUP = replace(DIALECT, per_response=False, counted=False)
+
+
+def dialects(method):
+    return LOOKUP if method is not None and method.draft == "ngram" else DIALECT
+
+
+def find() -> Environment:
+    python = engines_dir() / FOLDER / "bin" / "python"
+    if not python.exists():
+        raise EngineMissing(f"OpenVINO GenAI is not installed ({python}): run `make "
+                            f"engine-openvino` (its own environment, about 2 minutes)")
+    return Environment(python)
+
+
+def version(env: Environment) -> str:
+    return "openvino-genai " + output([env.python, "-c", "from importlib.metadata import "
+                                       "version; print(version('openvino-genai'))"])
+
+
+def converted(export_dir) -> Path:
+    return Path(export_dir) / FOLDER
+
+
+def drafts_of(export_dir) -> tuple:
+    """The draft models of an export (the kit's or the trained pair's), by folder."""
+    return tuple(sorted(p.name for p in Path(export_dir).iterdir()
+                        if p.name.startswith("draft-") and (p / "config.json").exists()))
+
+
+def prepare_commands(env: Environment | None, export_dir, drafts=None) -> list:
+    """(what, Command): each model staged with a tokenizer that converts, then converted by
+    optimum-cli (float32 weights)."""
+    kit = sys.executable if env is not None else "python"
+    cli = (env or RECIPE).python.parent / "optimum-cli" if env is not None else Path("optimum-cli")
+    root = Path(export_dir)
+    if drafts is None:
+        drafts = drafts_of(root) if root.exists() else ("draft-early-exit", "draft-random")
+    steps = []
+    for name in ("target",) + tuple(drafts):
+        staged = root / STAGED / name
+        steps.append((f"stage {name} with a tokenizer OpenVINO converts",
+                      Command([kit, "-m", "properties.engines.openvino", "stage", root / name,
+                               staged])))
+        steps.append((f"convert {name} to OpenVINO IR (optimum-cli, float32)",
+                      Command([cli, "export", "openvino", "--model", staged, "--task",
+                               "text-generation-with-past", "--weight-format", "fp32",
+                               converted(root) / name], env={"OMP_NUM_THREADS": "1"})))
+    return steps
+
+
+def prepare(env: Environment, export_dir, log) -> None:
+    """The converted models, beside the export. A conversion is kept under the engine's
+    environment by the digest of the exported files it was made from, and reused: the kit's
+    exports are the same bits every run, and converting takes minutes on 2 cores."""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    steps = prepare_commands(env, export_dir)
+    for (_, staging), (what, step) in zip(steps[::2], steps[1::2]):
+        out, source = Path(step.argv[-1]), Path(staging.argv[-2])
+        cache = env.python.parent.parent / "converted" / digest(source)
+        if not (cache / "openvino_tokenizer.xml").exists():
+            for part in (staging, step):
+                done = subprocess.run([str(a) for a in part.argv], capture_output=True,
+                                      text=True, env={**os.environ, **part.env})
+                with open(log, "a") as f:
+                    f.write(f"$ {part.shell()}\n{done.stdout}{done.stderr}")
+                if done.returncode != 0:
+                    raise RuntimeError(f"{what} failed (log {log}):\n{done.stderr[-2000:]}")
+            if not (out / "openvino_tokenizer.xml").exists():
+                raise RuntimeError(f"{what}: optimum-cli wrote no openvino_tokenizer.xml (the "
+                                   f"tokenizer did not convert; log {log})")
+            shutil.rmtree(cache, ignore_errors=True)
+            shutil.copytree(out, cache)
+        elif not out.exists():
+            shutil.copytree(cache, out)
+            with open(log, "a") as f:
+                f.write(f"{source.name}: the conversion of these exported bits, from {cache}\n")
+
+
+def digest(model_dir) -> str:
+    """sha256 of an exported model's files (names and bytes), with the kit's staging step."""
+    source = Path(__file__).read_bytes()
+    h = hashlib.sha256(source[source.index(b"def stage("):source.index(b"def main(")])
+    for item in sorted(Path(model_dir).iterdir()):
+        if item.is_file():
+            h.update(item.name.encode() + b"\0" + item.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def command(env: Environment | None, export_dir, method, port: int) -> Command:
+    root = converted(export_dir)
+    config_file = Path(export_dir) / "target" / "config.json"
+    vocab = json.loads(config_file.read_text())["vocab_size"] if config_file.exists() else 0
+    session = {"target": str(root / "target"), "eos": vocab, "k": None, "draft": None,
+               "prompt_lookup": False, "ngram": None,
+               "scheduler": getattr(method, "scheduler", None)}
+    if method is not None:
+        session["k"] = method.k
+        if method.draft == "ngram":
+            session.update(prompt_lookup=True, ngram=NGRAM)
+        else:
+            session["draft"] = str(root / ("target" if method.draft == "perfect" else method.draft))
+    return python_api.worker((env or RECIPE).python, Path(__file__).resolve(), session, port,
+                             env={"OMP_NUM_THREADS": "1"})
+
+
+# ----------------------------------------------------------------- the staging step
+
+def stage(source, out) -> None:
+    """A copy of export `source` (its files linked) whose tokenizer converts: the same
+    tokenizer plus one added special token at id vocab_size when it has no added token."""
+    from tokenizers import AddedToken, Tokenizer
+    source, out = Path(source).resolve(), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        target = out / item.name
+        if item.name != "tokenizer.json" and not target.exists():
+            os.symlink(item, target)
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    if not tokenizer.get_added_tokens_decoder():
+        size = tokenizer.get_vocab_size()
+        tokenizer.add_special_tokens([AddedToken("<|endoftext|>", special=True,
+                                                 normalized=False)])
+        if tokenizer.token_to_id("<|endoftext|>") != size:
+            raise SystemExit(f"{source}: the added token did not get id {size}")
+    tokenizer.save(str(out / "tokenizer.json"))
+
+
+def main(argv) -> int:
+    if len(argv) != 3 or argv[0] != "stage":
+        print("python -m properties.engines.openvino stage EXPORTED_MODEL STAGED_COPY")
+        return 2
+    stage(argv[1], argv[2])
+    return 0
+
+
+ENGINE = Engine(
+    name="openvino", title=f"OpenVINO GenAI LLMPipeline ({VERSION}, Python API)",
+    setup="make engine-openvino", validated=(f"openvino-genai {VERSION}",), methods=METHODS,
+    dialect=DIALECT, dialects=dialects, find=find, version=version, command=command,
+    prepare=prepare, prepare_commands=prepare_commands, start_timeout=120.0,
+    schedule="capped", concurrency=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

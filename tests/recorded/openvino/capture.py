@@ -1,0 +1,95 @@
+"""Record real answers of OpenVINO GenAI's LLMPipeline behind the kit's worker, for
+tests/test_engine_openvino.py:
+
+    KIT_ENGINES_DIR=.engines python tests/recorded/openvino/capture.py   # needs make engine-openvino
+
+Exports the kit's models, converts them (the engine's `prepare`), starts the worker for the
+baseline and for three methods (the early-exit draft, the perfect draft, prompt lookup), sends
+the requests below exactly as the kit's client words them, and writes
+tests/recorded/openvino/openvino.json: the engine's version, and per method and request the
+body sent and the answer (or the error) verbatim. Nothing in the file is written by hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from properties import engines  # noqa: E402
+from properties.adapters.client import Client, Request  # noqa: E402
+from properties.adapters.protocol import HttpError  # noqa: E402
+from properties.export import kit as export  # noqa: E402
+from properties.serve.server import Server  # noqa: E402
+from reference.sampling import SamplingParams  # noqa: E402
+
+NAME = "openvino"
+METHODS = (None, "draft-early-exit", "perfect-draft", "prompt-lookup")
+# name -> the request (token ids; temperature 0 is greedy)
+REQUESTS = {
+    "greedy": Request((3, 9, 27, 3, 9, 27), 12),
+    "greedy_random_prompt": Request((30, 1, 17, 8, 12), 12),
+    "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_ids=(27,))),
+    "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, SamplingParams(stop_ids=(31, 3))),
+    "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, SamplingParams(stop_ids=(0,))),
+    # the greedy output 5 27 5 27 ...: "B" (27) first completes at its second token, "fB"
+    # (5 27) at its second too but begins at the first
+    "greedy_stop_string": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_strings=("B",))),
+    "greedy_stop_string_at_start": Request((3, 9, 27, 3, 9, 27), 12,
+                                           SamplingParams(stop_strings=("fB",))),
+    # one round of the capped schedule per length: 1 + 4 + 1, 1 + 4, 1 + 4 + 4 + 2
+    "greedy_7": Request((30, 1, 17, 8, 12), 7),
+    "greedy_6": Request((30, 1, 17, 8, 12), 6),
+    "greedy_11": Request((30, 1, 17, 8, 12), 11),
+    "sampled_seeded": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
+    "sampled_seeded_again": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
+    "sampled_top_p": Request((5, 6, 5, 6, 5), 3, SamplingParams(temperature=1.3, top_p=0.9,
+                                                               seed=12)),
+}
+
+
+def capture() -> dict:
+    engine = engines.get(NAME)
+    env = engine.find()
+    work = Path(tempfile.mkdtemp(prefix=f"capture-{NAME}-"))
+    export.export(work / "export")
+    engine.prepare(env, work / "export", work / "prepare.log")
+    record = {"engine": NAME, "version": engine.version(env), "methods": {}}
+    for name in METHODS:
+        method = engine.method(name) if name else None
+        dialect = engine.dialect_for(method)
+        server = Server(f"{NAME}-capture-{name or 'baseline'}",
+                        lambda port: engine.command(env, work / "export", method, port), work,
+                        start_timeout=engine.start_timeout)
+        exchanges = {}
+        with server:
+            client = Client(server.url, dialect=dialect, timeout=120)
+            client.resolve()
+            for key, req in REQUESTS.items():
+                body = client.body(req)
+                try:
+                    answer = client.post(body)
+                except HttpError as exc:
+                    answer = {"http_error": exc.status, "message": str(exc)}
+                exchanges[key] = {"request": {"prompt": req.prompt, "max_tokens": req.max_tokens,
+                                              **dataclasses.asdict(req.sampling)},
+                                  "body": body, "answer": answer}
+        record["methods"][name or "baseline"] = exchanges
+    return record
+
+
+def main() -> int:
+    record = capture()
+    out = Path(__file__).with_name(f"{NAME}.json")
+    out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {out} ({record['engine']} {record['version']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
