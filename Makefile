@@ -143,8 +143,10 @@ engine-openvino: $(OPENVINO_STAMP)
 # each run's report page in its run directory, and the matrix linking them (runs/engines.html).
 ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
 	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
-	transformers:prompt-lookup
-engines: $(STAMP) engine-vllm engine-llamacpp
+	transformers:prompt-lookup \
+	openvino:draft-early-exit openvino:draft-random openvino:perfect-draft openvino:prompt-lookup \
+	openvino:draft-early-exit-no-prefix-caching openvino:prompt-lookup-no-prefix-caching
+engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino
 	@status=0; for run in $(ENGINE_RUNS); do \
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
