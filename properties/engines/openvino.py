@@ -198,6 +198,12 @@ class OpenVINO(python_api.InProcess):
     def counters(self, client):
         return super().counters(client) if self.counted else None
 
+    def counters_missing(self, client):
+        if self.counted:
+            return super().counters_missing(client)
+        return (f"cannot judge: {client.url} ({self.name}, prompt lookup) reports no draft "
+                f"counts (extended_perf_metrics has none for prompt lookup)")
+
 
 DIALECT = OpenVINO(
     stop_string_in_ids=False,
