@@ -14,7 +14,9 @@ imports what it needs inside its methods and names nothing else of its file.
         def generate(self, prompt, params) -> (ids, finish_reason, stats)
             # prompt: list of token ids; params: temperature, top_k, top_p, seed (or None),
             # max_tokens, stop_token_ids and the PARAMS fields asked; finish_reason "stop" or
-            # "length"; stats: {"drafted", "accepted", "rounds"} of this call, or None
+            # "length"; stats: {"drafted", "accepted", "rounds"} of this call, or None, and
+            # "pieces": the lengths of the engine calls the output was assembled from, if
+            # several (each from the prompt and the tokens so far)
         def counters(self) -> dict   # optional: engine-wide cumulative counts, same keys
 
 One request at a time (a lock): a session answers batch size 1 unless its engine batches.
@@ -119,6 +121,8 @@ class Worker:
         choice = {"index": 0, "token_ids": ids, "finish_reason": finish}
         if stats is not None:
             choice["speculation"] = {k: int(stats.get(k) or 0) for k in self.totals}
+            if stats.get("pieces"):   # lengths of the engine calls the output was made of
+                choice["pieces"] = [int(n) for n in stats["pieces"]]
             with self.lock:
                 for k in self.totals:
                     self.totals[k] += choice["speculation"][k]
@@ -178,6 +182,10 @@ def main(argv=None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--config", default="{}", help="JSON given to the session")
     args = parser.parse_args(argv)
+    # run as a script, its folder leads sys.path: the engine files beside it would shadow the
+    # engines' own packages (onnxruntime_genai.py, vllm.py)
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     faulthandler.enable()    # a crash in native code leaves its Python stack in the log
     # run as a script, Python puts this folder first on sys.path, where an engine file named
     # as its engine's package would shadow that package in the session's imports

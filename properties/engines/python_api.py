@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect, read_prometheus
-from properties.adapters.protocol import Completion
+from properties.adapters.protocol import BadResponse, Completion
 from properties.engines import Command
 from properties.engines import inprocess
 
@@ -50,8 +50,13 @@ class InProcess(Dialect):
     def read_choice(self, choice: dict, req, where: str) -> Completion:
         read = super().read_choice(choice, req, where)
         spec = choice.get("speculation") or {}
+        pieces = tuple(choice.get("pieces") or ())
+        if pieces and sum(pieces) != len(read.tokens):
+            raise BadResponse(f"{where}: pieces {list(pieces)} do not add up to the "
+                              f"{len(read.tokens)} tokens returned")
         return Completion(read.tokens, read.finish_reason, spec.get("drafted"),
-                          spec.get("accepted"), logprobs=read.logprobs, text=read.text)
+                          spec.get("accepted"), pieces=pieces if len(pieces) > 1 else (),
+                          logprobs=read.logprobs, text=read.text)
 
     def counters(self, client):
         return read_prometheus(client, (inprocess.DRAFTED,), (inprocess.ACCEPTED,),
