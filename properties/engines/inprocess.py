@@ -182,10 +182,6 @@ def main(argv=None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--config", default="{}", help="JSON given to the session")
     args = parser.parse_args(argv)
-    # run as a script, its folder leads sys.path: the engine files beside it would shadow the
-    # engines' own packages (onnxruntime_genai.py, vllm.py)
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     faulthandler.enable()    # a crash in native code leaves its Python stack in the log
     # run as a script, Python puts this folder first on sys.path, where an engine file named
     # as its engine's package would shadow that package in the session's imports
