@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test test-extra bench models clean engine-vllm engine-llamacpp engine-openvino engines ci-engines
+.PHONY: conformance conformance-others test test-extra bench models clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -139,14 +139,30 @@ engine-openvino: $(OPENVINO_STAMP)
 	$(ENGINES)/openvino/bin/python -c "from importlib.metadata import version as v; \
 		print('openvino-genai', v('openvino-genai'), 'optimum-intel', v('optimum-intel'))"
 
+# onnxruntime-genai, driven through its Python API by the kit's worker in its own environment;
+# its model builder also needs onnx, onnx_ir and tqdm there (it runs with $(VENV)'s torch and
+# transformers: properties/engines/onnxruntime_genai.py). scipy: for its findings' scripts.
+ORTGENAI_VERSION ?= 0.18.0
+ORTGENAI_STAMP := $(ENGINES)/onnxruntime-genai/.installed
+$(ORTGENAI_STAMP):
+	test -x $(ENGINES)/onnxruntime-genai/bin/python || $(PYTHON) -m venv $(ENGINES)/onnxruntime-genai
+	$(ENGINES)/onnxruntime-genai/bin/pip install --quiet "onnxruntime-genai==$(ORTGENAI_VERSION)" \
+		onnx==1.23.2 onnx-ir==1.1.0 tqdm scipy
+	touch $(ORTGENAI_STAMP)
+
+engine-onnxruntime-genai: $(ORTGENAI_STAMP)
+	$(ENGINES)/onnxruntime-genai/bin/python -c "import onnxruntime_genai as og; print('onnxruntime-genai', og.__version__)"
+
 # The kit on every engine and method that runs here; results in $(RESULTS) and its .md table,
 # each run's report page in its run directory, and the matrix linking them (runs/engines.html).
 ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
 	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
 	transformers:prompt-lookup \
 	openvino:draft-early-exit openvino:draft-random openvino:perfect-draft openvino:prompt-lookup \
-	openvino:draft-early-exit-no-prefix-caching openvino:prompt-lookup-no-prefix-caching
-engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino
+	openvino:draft-early-exit-no-prefix-caching openvino:prompt-lookup-no-prefix-caching \
+	onnxruntime-genai:draft-early-exit onnxruntime-genai:draft-random \
+	onnxruntime-genai:perfect-draft onnxruntime-genai:ngram
+engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai
 	@status=0; for run in $(ENGINE_RUNS); do \
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \

@@ -11,8 +11,10 @@ seen so far.
     "full"    every round drafts k tokens while the output is short of max_tokens, also when
               fewer remain (tokens accepted beyond max_tokens are counted, then cut)
     "capped"  a round drafts at most the tokens still wanted after its bonus token
-A first token comes from the prefill (no draft); each round then commits its accepted tokens
-and one more from the target.
+    "prompt"  no first token from the prefill: the first round drafts from the prompt and the
+              prefill verifies it; a round drafts at most the tokens still wanted
+Otherwise a first token comes from the prefill (no draft); each round then commits its
+accepted tokens and one more from the target.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from properties import oracle
 
-SCHEDULES = ("full", "capped")
+SCHEDULES = ("full", "capped", "prompt")
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,11 @@ def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
     name = "target" if draft == "perfect" else draft
     target = oracle.served_greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
     end = max_tokens if produced is None else min(produced, max_tokens)
-    committed = 1
+    committed = 0 if schedule == "prompt" else 1
     drafts = drafted = accepted = 0
     while committed < end:
-        n = k if schedule == "full" else min(k, max_tokens - committed - 1)
+        n = (k if schedule == "full" else min(k, max_tokens - committed) if schedule == "prompt"
+             else min(k, max_tokens - committed - 1))
         if n <= 0:
             break
         seq = tuple(prompt) + tuple(target[:committed])

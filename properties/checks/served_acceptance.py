@@ -64,10 +64,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pytest
 
 from properties import acceptance_sampled as exact
 from properties import evidence, oracle, progress, statistics
-from properties.acceptance import SCHEDULES
 from properties.cases import ServedCase
 from properties.checks import served as served_checks
 from properties.harness import fail
@@ -104,8 +104,8 @@ class Verdict:
 def drafts_per_round(schedule: str, k: int, budget: int) -> int:
     """Proposals of the round after a request's prefill token, the request wanting `budget`
     tokens: k ("full"), or the tokens still wanted after the round's bonus ("capped")."""
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
+    if schedule not in DESIGN:   # the schedules with a one-round design
+        raise ValueError(f"schedule={schedule!r}: choose from {tuple(DESIGN)}")
     return k if schedule == "full" else max(0, min(k, budget - 2))
 
 
@@ -189,7 +189,7 @@ def _probe_schedule(impl, case: ServedCase) -> str:
     if counted is None:
         fail(impl, PROP, CHECK, case, f"{client.url} reports no speculation counters")
     done = [c for a in counted.answers for c in a]
-    fits = [s for s in SCHEDULES
+    fits = [s for s in DESIGN
             if counted.drafted == sum(n for c in done
                                       for _, n in rounds_of(probe.prompt, c, probe.max_tokens,
                                                             s, impl.k))]
@@ -216,6 +216,10 @@ def _counters(impl, case):
 def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     proposals = conventions(impl)
     schedule = impl.schedule or _probe_schedule(impl, case)
+    if schedule not in DESIGN:
+        pytest.skip(f"not applicable: the one-round design needs a first token from the "
+                    f"prefill, and the {schedule!r} schedule drafts from the prompt (its exact "
+                    f"law under sampling is not modelled here yet)")
     case = design(case, schedule, impl.k, proposals, impl.draft)
     N, v, n = plan(impl, case, schedule, proposals)
     power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)

@@ -66,6 +66,7 @@ ENGINES = {
     "sglang": "sglang",
     "fake": "fake",
     "openvino": "openvino",
+    "onnxruntime-genai": "onnxruntime_genai",
 }
 
 

@@ -2,6 +2,7 @@
 
     python tests/recorded/capture.py vllm        # needs `make engine-vllm`
     python tests/recorded/capture.py llamacpp    # needs `make engine-llamacpp`
+    python tests/recorded/capture.py ENGINE      # any engine of the table, its make target
 
 Starts the engine with the early-exit draft model (the kit's launcher), sends the requests
 below exactly as the kit's client words them, and writes tests/recorded/ENGINE.json: the
@@ -39,6 +40,9 @@ REQUESTS = {
     # the greedy continuation 5 27 30 5 27 30 11 ...: llama.cpp's end-of-sequence id 11 comes
     # inside a block a draft proposes and the target accepts
     "greedy_end_of_sequence": Request((18, 15, 27), 12),
+    # the greedy continuation 1 7 3 31 19 ...: the vocabulary's last id, which an engine
+    # that needs an end-of-sequence id is given (the kit's models have none), comes early
+    "greedy_through_last_token": Request((30, 22, 13, 8), 12),
     "sampled_seeded": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
     "sampled_seeded_again": Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
     "sampled_n4": Request((1, 2, 3), 3, SamplingParams(temperature=0.8, seed=11, n=4)),
