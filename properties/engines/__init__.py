@@ -108,6 +108,9 @@ class Engine:
     # requests it answers at once, where it cannot batch (1: batch size 1, as an engine driven
     # through a Python API that takes one sequence); None: as many as the kit sends
     concurrency: int | None = None
+    # the head sizes its attention takes, where it refuses some: (rule in words, predicate on
+    # head_dim); the trained export warns for a model it cannot run (properties/export/trained.py)
+    head_sizes: tuple | None = None
 
     def method(self, name: str) -> Method:
         if name not in self.methods:

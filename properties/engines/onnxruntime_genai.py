@@ -308,7 +308,9 @@ ENGINE = Engine(
     setup="make engine-onnxruntime-genai", validated=(f"onnxruntime-genai {VERSION}",),
     methods=METHODS, dialect=python_api.InProcess(name="onnxruntime-genai"), find=find,
     version=version, command=command, prepare=prepare, prepare_commands=prepare_commands,
-    start_timeout=120.0, schedule="prompt", concurrency=1)
+    start_timeout=120.0, schedule="prompt", concurrency=1,
+    head_sizes=(f"onnxruntime-genai's CPU attention needs head_dim a multiple of {HEAD_MULTIPLE}",
+                lambda d: d % HEAD_MULTIPLE == 0))
 
 
 if __name__ == "__main__":

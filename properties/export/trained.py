@@ -41,10 +41,19 @@ HEAD_SIZES = {
     # CPUAttentionBackend.get_supported_head_sizes
     "vllm": ("vLLM's CPU attention takes head_dim in {32, 64, 80, 96, 112, 128, 160, 192, 224, "
              "256, 512}", lambda d: d in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)),
-    # as found when the project's onnxruntime-genai engine was set up (issue 24's notes)
-    "onnxruntime-genai": ("onnxruntime-genai needs head_dim a multiple of 16",
-                          lambda d: d % 16 == 0),
 }
+
+
+def head_size_rules() -> dict:
+    """engine -> (rule in words, predicate on head_dim): the table above, and each engine of
+    the kit's table that declares its own (Engine.head_sizes, in its file)."""
+    from properties import engines
+    rules = dict(HEAD_SIZES)
+    for name in engines.ENGINES:
+        declared = getattr(engines.get(name), "head_sizes", None)
+        if declared:
+            rules[name] = declared
+    return rules
 
 
 def unservable(models: dict) -> list[str]:
@@ -53,7 +62,7 @@ def unservable(models: dict) -> list[str]:
     problems = []
     for name, model in models.items():
         head_dim = model.config.head_dim
-        for engine, (rule, takes) in HEAD_SIZES.items():
+        for engine, (rule, takes) in head_size_rules().items():
             if not takes(head_dim):
                 problems.append(f"{name} has head_dim={head_dim}, which {engine} cannot run "
                                 f"({rule}): serve it with another engine")
