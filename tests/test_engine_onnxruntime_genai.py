@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from properties import acceptance
+from properties import acceptance, engines, oracle
+from properties.adapters.client import Client, Request
+from properties.cases import ServedCase
+from properties.checks import served as checks
 from properties.engines import onnxruntime_genai as ort
+from reference.sampling import SamplingParams
 
 RECORDED = Path(__file__).with_name("recorded") / "onnxruntime-genai.json"
 EOS = 31
@@ -108,3 +112,23 @@ def test_the_prompt_schedule_is_the_one_the_engine_was_measured_with():
         e = acceptance.greedy((3, 9, 27, 3, 9, 27), n, "perfect", 4, "prompt")
         assert (e.drafted, e.accepted, e.drafts) == (proposed[n - 1], proposed[n - 1],
                                                      rounds[n - 1]), n
+
+
+def test_recorded_completion_through_the_end_of_sequence_is_the_targets_greedy_one():
+    record = json.loads(RECORDED.read_text())
+    engine = engines.get("onnxruntime-genai")
+    client = Client("http://127.0.0.1:9/v1", dialect=engine.dialect, model="kit-target")
+    exchange = record["exchanges"]["greedy_through_last_token"]
+    fields = dict(exchange["request"])
+    req = Request(tuple(fields.pop("prompt")), fields.pop("max_tokens"),
+                  SamplingParams(**{**fields, "stop_ids": tuple(fields["stop_ids"])}))
+    (completion,) = client.read_answer(exchange["answer"], req)
+    assert list(completion.tokens) == oracle.served_greedy(req.prompt, req.max_tokens)
+    assert EOS in completion.tokens[:-1] and len(completion.pieces) >= 2
+    # the engine's counts equal the exact replay, piece by piece
+    case = ServedCase(req.prompt, req.max_tokens)
+
+    class Impl:
+        draft, k = "draft-early-exit", 4
+    expected = checks._replay(case, completion, Impl, engine.schedule)
+    assert (completion.drafted, completion.accepted) == (expected.drafted, expected.accepted)
