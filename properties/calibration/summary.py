@@ -89,6 +89,18 @@ def _power(runs: list[dict]) -> dict:
     return out
 
 
+def costs(runs: list[dict]) -> list[dict]:
+    """Seconds per run of each (family, implementation, correct or deviating): what a batch of
+    RUNS costs (each run on one worker process)."""
+    groups = defaultdict(list)
+    for run in runs:
+        groups[(run["family"], run["impl"], bool(run.get("delta")))].append(run)
+    return [{"family": f, "impl": i, "deviating": d, "runs": len(rs),
+             "seconds": float(np.mean([r["seconds"] for r in rs])),
+             "checks": float(np.mean([len(r["records"]) for r in rs]))}
+            for (f, i, d), rs in sorted(groups.items())]
+
+
 def qq_svg(runs: list[dict], path: Path) -> None:
     """One panel per family: -log10 p observed against expected, with the 95% band."""
     import matplotlib
@@ -132,7 +144,7 @@ def _interval(lo_hi) -> str:
     return f"[{lo:.2g}, {hi:.2g}]"
 
 
-def markdown(null: dict, power: dict) -> str:
+def markdown(null: dict, power: dict, cost: list | None = None) -> str:
     lines = ["| family (implementations) | runs | checks | KS vs uniform (alpha 1e-3) | "
              "p < 0.05 [95% CI] | p < 1e-3 [95% CI] | at 2e-6, extrapolated [95% CI] | "
              "runs NOT CONFORMANT [95% CI] | union bound per run |",
@@ -161,6 +173,11 @@ def markdown(null: dict, power: dict) -> str:
             lines.append(f"| {family} | detected half the time (per check, interpolated) | "
                          f"{'-' if pw['half_power_run'] is None else format(pw['half_power_run'], '.3f')} (runs) | "
                          f"{'-' if half is None else format(half, '.3f')} |")
+    if cost:
+        lines += ["", "| family | implementation | runs | seconds per run (one worker) | checks "
+                      "per run |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {c['family']} | {c['impl']}{' (deviating)' if c['deviating'] else ''} | "
+                  f"{c['runs']} | {c['seconds']:.0f} | {c['checks']:.1f} |" for c in cost]
     return "\n".join(lines)
 
 
@@ -168,8 +185,10 @@ def write(out: Path, docs: Path | None = None) -> str:
     out = Path(out)
     runs = load(out)
     null, power = _null(runs), _power(runs)
-    (out / "summary.json").write_text(json.dumps({"null": null, "power": power}, indent=1))
-    table = markdown(null, power)
+    cost = costs(runs)
+    (out / "summary.json").write_text(json.dumps({"null": null, "power": power, "cost": cost},
+                                                 indent=1))
+    table = markdown(null, power, cost)
     (out / "summary.md").write_text(table + "\n")
     qq_svg(runs, out / "calibration-qq.svg")
     if docs is not None:
