@@ -89,9 +89,13 @@ def test_weights_move_the_law_by_exactly_delta(probs, delta):
     assert ((q - p) ** 2 / p).sum() >= 4 * delta ** 2 - 1e-12
 
 
-def test_weights_refuse_an_impossible_deviation():
-    with pytest.raises(ValueError, match="delta=0.2 exceeds"):
-        deviate.weights([0.9, 0.1], 0.2)
+def test_weights_of_a_concentrated_law_take_the_mass_from_its_largest_outcome():
+    p = np.array([0.95, 0.03, 0.02])       # no split has a lighter part of mass >= 0.12
+    q = p * deviate.weights(p, 0.12)
+    assert deviate.total_variation(p, q) == pytest.approx(0.12, abs=1e-12)
+    assert q[0] == pytest.approx(0.83) and q.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="delta=0.2: no deviation"):
+        deviate.weights([1.0], 0.2)
 
 
 @pytest.mark.parametrize("pair", [PairSpec(6, seed=1, p_kind="dirichlet", q_kind="peaked"),

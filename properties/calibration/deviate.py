@@ -65,8 +65,13 @@ def weights(probs, delta: float) -> np.ndarray:
     sign = split(probs)
     plus, minus = probs[sign > 0].sum(), probs[sign < 0].sum()
     if delta > minus:
-        raise ValueError(f"delta={delta} exceeds the lighter part's mass {minus:.4g}: no such "
-                         f"deviation of this law")
+        # one outcome holds more than 1 - delta: take mass delta from it alone, spread over the
+        # rest in proportion (still TV delta exactly; chi2 above 4 delta^2, easier to detect)
+        sign = np.where(np.arange(len(probs)) == np.argmax(probs), -1.0, 1.0)
+        plus, minus = probs[sign > 0].sum(), probs[sign < 0].sum()
+    if delta > minus or plus <= 0:
+        raise ValueError(f"delta={delta}: no deviation of this law by that total variation "
+                         f"(its largest outcome has mass {probs.max():.4g})")
     return np.where(sign > 0, 1 + delta / plus, 1 - delta / minus)
 
 
