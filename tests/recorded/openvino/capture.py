@@ -13,6 +13,7 @@ body sent and the answer (or the error) verbatim. Nothing in the file is written
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import sys
 import tempfile
@@ -30,13 +31,15 @@ from reference.sampling import SamplingParams  # noqa: E402
 
 NAME = "openvino"
 METHODS = (None, "draft-early-exit", "perfect-draft", "prompt-lookup")
-# name -> the request (token ids; temperature 0 is greedy)
+# the greedy requests every engine's recording shares (tests/recorded/capture.py), then this
+# engine's own; name -> the request (token ids; temperature 0 is greedy)
+_SHARED = importlib.util.spec_from_file_location("shared_capture", ROOT / "tests" / "recorded"
+                                                 / "capture.py")
+shared = importlib.util.module_from_spec(_SHARED)
+_SHARED.loader.exec_module(shared)
 REQUESTS = {
-    "greedy": Request((3, 9, 27, 3, 9, 27), 12),
-    "greedy_random_prompt": Request((30, 1, 17, 8, 12), 12),
-    "greedy_stop": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_ids=(27,))),
-    "greedy_two_stops": Request((30, 1, 17, 8, 12), 12, SamplingParams(stop_ids=(31, 3))),
-    "greedy_stop_never_met": Request((3, 9, 27, 3, 9, 27), 6, SamplingParams(stop_ids=(0,))),
+    **{name: shared.REQUESTS[name] for name in ("greedy", "greedy_random_prompt", "greedy_stop",
+                                                "greedy_two_stops", "greedy_stop_never_met")},
     # the greedy output 5 27 5 27 ...: "B" (27) first completes at its second token, "fB"
     # (5 27) at its second too but begins at the first
     "greedy_stop_string": Request((3, 9, 27, 3, 9, 27), 12, SamplingParams(stop_strings=("B",))),
