@@ -146,7 +146,12 @@ def test_known_failures_never_make_a_run_conformant(tmp_path):
     assert outcome.exit == 0 and outcome.known == {"properties/t.py::test_a[x]": "findings/x.py"}
     assert run.judge(only_known, known, False, spec).exit == 1
     other_cause = _summary({"properties/t.py::test_a": "a law mismatch"})
-    assert run.judge(other_cause, known, True, spec).exit == 1   # a new failure
+    new = run.judge(other_cause, known, True, spec)
+    assert new.exit == 1   # a new failure, named with its cause for the log's tail
+    assert new.new == [("properties/t.py::test_a", "a law mismatch")]
+    said = []
+    run._print_outcome({"engine": "e", "method": "m"}, new, said.append)
+    assert "not known: properties/t.py::test_a: a law mismatch" in said
     assert run.judge(_summary({}), known, True, {"drafted": 0}).verdict == "NOT SHOWN"
     assert run.judge(_summary({}), known, True, spec).verdict == "CONFORMANT"
     with pytest.raises(ValueError, match="expected 'VERSION"):

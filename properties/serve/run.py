@@ -157,6 +157,7 @@ class Outcome:
     exit: int
     summary: dict = field(default_factory=dict)
     known: dict = field(default_factory=dict)   # failing test id -> the entry's script
+    new: list = field(default_factory=list)     # (test id, cause) of failures no entry matches
 
 
 def judge(summary: dict, known: list[Known], known_given: bool, speculation: dict) -> Outcome:
@@ -175,7 +176,7 @@ def judge(summary: dict, known: list[Known], known_given: bool, speculation: dic
         return Outcome("INCOMPLETE", summary["verdict_text"], 2)
     if new:
         return Outcome("NOT CONFORMANT", f"NOT CONFORMANT: {len(new)} failure(s) not known"
-                       + (f", {len(old)} known" if old else ""), 1, known=matched)
+                       + (f", {len(old)} known" if old else ""), 1, known=matched, new=new)
     if old:
         text = (f"NOT CONFORMANT (all failures known: {len(old)}, listed in the known-failures "
                 f"file)")
@@ -269,7 +270,8 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                       summary=_families(summary), restarts=launcher.restarts,
                       deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
-                      known=[k.__dict__ for k in known], known_matched=outcome.known)
+                      known=[k.__dict__ for k in known], known_matched=outcome.known,
+                      not_known=[{"test": n, "cause": c} for n, c in outcome.new])
     except LaunchError as exc:
         say(f"error: {exc}")
         record.update(verdict="SETUP", verdict_text=str(exc).splitlines()[0])
@@ -326,6 +328,10 @@ def _print_outcome(record: dict, outcome: Outcome, say) -> None:
         say(f"speed-up of speculation over the baseline (greedy, one request at a time, "
             f"alternating, the other server paused): {s['speedup']:.3f}x "
             f"({s['tokens']} tokens per server per turn, {s['turns']} turns each)")
+    # a failure no known entry matches is named with its cause line, so that a log's tail (CI's)
+    # says which defect is new without the run directory
+    for nodeid, cause in outcome.new:
+        say(f"not known: {nodeid}: {cause or '(no cause line)'}")
     say(f"verdict for {record['engine']} {record.get('version', '?')} / {record['method']}: "
         f"{outcome.text}")
     if record.get("report"):
