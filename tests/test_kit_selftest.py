@@ -27,15 +27,18 @@ catalogue = pytest.importorskip("tests.mutants.catalogue")
 # The reference and the fast engine are correct too; `make test` holds them to the whole kit
 # in its own runs (the kit on the reference in the main run, the fast engine after it), with
 # more examples than the selftest profile draws, so they are not run a second time here.
+# Each is a whole kit run (2.5-4.5 minutes on a loaded core): the mutants' own unbroken engine
+# and the chapter's signature stay in `make test`; the other layouts run in `make test-extra`.
+_extra = pytest.mark.extra
 CORRECT = [
     "tests/mutants/engine.py:Speculator",
-    "tests/mutants/independent.py",
+    pytest.param("tests/mutants/independent.py", marks=_extra),
     # the reference behind the chapter's plain signature: no top_k / top_p, so those
     # properties must be reported not applicable while every family still passes
     "properties/examples/chapter_engine.py",
     # other round layouts that are just as lossless (tests/mutants/alternative.py)
-    "tests/mutants/alternative.py:FirstTokenFromPrefill",
-    "tests/mutants/alternative.py:PrefillMergedWithVerify",
+    pytest.param("tests/mutants/alternative.py:FirstTokenFromPrefill", marks=_extra),
+    pytest.param("tests/mutants/alternative.py:PrefillMergedWithVerify", marks=_extra),
 ]
 ENGINE_FAMILIES = ("greedy", "sequence", "cache", "perfect_draft", "bounds")
 
