@@ -159,3 +159,28 @@ def test_perfect_draft_counters():
     with FakeServer("partial_accept") as fake:
         with pytest.raises(PropertyFailure, match="accepted at rate 1"):
             checks.check_perfect_draft(served(fake), GREEDY)
+
+
+def test_counter_failures_name_their_direction():
+    # the fake serves the target's greedy output; with the perfect draft its counts are the
+    # replay's, with partial_accept it reports 3 of 4 accepted: "as many drafted, fewer accepted"
+    with FakeServer() as fake:
+        impl = served(fake)
+        impl.draft = "perfect"
+        checks.check_counters(impl, GREEDY)
+    with FakeServer("partial_accept") as fake:
+        impl = served(fake)
+        impl.draft = "perfect"
+        with pytest.raises(PropertyFailure,
+                           match="as many drafted and fewer accepted than the exact replay"):
+            checks.check_counters(impl, GREEDY)
+
+
+def test_counts_pattern_words():
+    from properties.acceptance import Expected
+    one, two = Expected(7, 28, 3), Expected(8, 28, 4)
+    assert checks.counts_pattern(27, 2, [one]) == "fewer drafted and fewer accepted than the exact replay"
+    assert checks.counts_pattern(29, 3, [one]) == "more drafted and as many accepted than the exact replay"
+    assert checks.counts_pattern(28, 3.5, [one, two]) == "as many drafted and other accepted than the exact replay"
+    # not declared: the nearest replay (the fake above: 8 drafted, 6 accepted vs full 8/8)
+    assert checks.counts_pattern(8, 6, [Expected(2, 8, 8), Expected(2, 5, 5)]).startswith("as many drafted and fewer")
