@@ -334,3 +334,16 @@ def test_logprobs_judged_as_vllm_returns_them():
     assert "not the top 2" in checks.logprob_problem(case, skipping)
     off = Completion((low,), "length", logprobs=((float(row[low]) + 0.01, top),))
     assert "log-softmax there is" in checks.logprob_problem(case, off)
+
+
+def test_a_baseline_mismatch_says_at_which_positions():
+    # the same first-token marginal (500/500) in both samples; the second token given the first
+    # reversed in the speculating one: off "in the tokens after the first only"
+    from collections import Counter
+    from properties.checks.served import where_off_two_sample
+    base = Counter({(1, 1): 400, (1, 2): 100, (2, 1): 100, (2, 2): 400})
+    later = Counter({(1, 1): 100, (1, 2): 400, (2, 1): 400, (2, 2): 100})
+    assert where_off_two_sample(later, base).startswith("in the tokens after the first only")
+    first = Counter({(1, 1): 720, (1, 2): 180, (2, 1): 20, (2, 2): 80})
+    assert where_off_two_sample(first, base).startswith("in the first token only")
+    assert where_off_two_sample(Counter({(1,): 5}), Counter({(2,): 5})) == ""

@@ -300,6 +300,36 @@ def where_off(observed: Counter, law: dict) -> str:
             f"exact laws given the first: p = {p_later:.3g})")
 
 
+def where_off_two_sample(observed: Counter, base: Counter) -> str:
+    """where_off without an exact law: the speculating server's samples against the baseline's,
+    the first tokens' marginals (two-sample chi-square) and the later tokens given the first
+    (the stratum statistics added up). A description for the cause line, no alpha spent."""
+    from scipy.stats import chi2, chi2_contingency
+    if not observed or max(len(o) for o in observed) < 2:
+        return ""
+    heads = lambda c: Counter({h: sum(n for o, n in c.items() if o[:1] == h)
+                               for h in {o[:1] for o in c}})
+    p_first = two_sample(heads(observed), heads(base))
+    total, dof = 0.0, 0
+    for head in set(heads(observed)) | set(heads(base)):
+        rest = [Counter({o[1:]: n for o, n in c.items() if o[:1] == head}) for c in (observed, base)]
+        keys = sorted(set(rest[0]) | set(rest[1]))
+        big = [k for k in keys if rest[0][k] + rest[1][k] >= 10]
+        rows = [[r[k] for k in big] + [sum(r[k] for k in keys if k not in big)] for r in rest]
+        rows = [[x for x, keep in zip(row, map(any, zip(*rows))) if keep] for row in rows]
+        if len(rows[0]) >= 2 and all(sum(r) for r in rows):
+            stat, _, df, _ = chi2_contingency(rows, correction=False)
+            total, dof = total + float(stat), dof + int(df)
+    p_later = float(chi2.sf(total, dof)) if dof else 1.0
+    first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
+    state = {(True, False): "in the tokens after the first only",
+             (False, True): "in the first token only",
+             (False, False): "in the first token and in the tokens after it",
+             (True, True): "in the joint law only"}[first_ok, later_ok]
+    return (f"{state} (speculating vs baseline samples: the first tokens, p = {p_first:.3g}; the "
+            f"tokens after them given the first, p = {p_later:.3g})")
+
+
 def two_sample(a: Counter, b: Counter, min_count: int = 10) -> float:
     """p-value of a chi-square test that two samples come from one law (outcomes seen fewer
     than `min_count` times in both together are pooled into one cell)."""

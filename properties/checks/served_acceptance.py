@@ -252,9 +252,11 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
              f"k={impl.k}, draft {impl.draft}")
     if seen.drafted != drafted:
         fail(impl, PROP, CHECK, case,
-             f"the engine reports {seen.drafted:g} drafted tokens; the {schedule} schedule "
-             f"proposes exactly {drafted} in the {sum(map(len, rounds))} rounds of {where} (a "
-             f"drafted token no round verified, or a round the schedule does not make)")
+             f"the engine reports {seen.drafted:g} drafted tokens, "
+             f"{'fewer' if seen.drafted < drafted else 'more'} than the schedule's; the "
+             f"{schedule} schedule proposes exactly {drafted} in the {sum(map(len, rounds))} "
+             f"rounds of {where} (a drafted token no round verified, or a round the schedule "
+             f"does not make)")
     if impl.client.dialect.per_response:
         for c, r in zip(done, rounds):
             if c.drafted != sum(m for _, m in r):

@@ -233,10 +233,12 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
         base_counts = Counter(c.tokens for a in base for c in a[: the_plan.n])
         result = statistics.chi_square_two_sample(observed, base_counts)
         if not result.passed:
+            from properties.checks.served import where_off_two_sample
+            where = where_off_two_sample(observed, base_counts)
             fail(impl, prop, CHECK_LAW, case,
                  f"with {asked(s)} the speculating server's outputs are not distributed as the "
-                 f"baseline's (same engine, no speculation; the kit knows no formula of "
-                 f"{engine(impl)})\n{result.summary()}")
+                 f"baseline's{' ' + where if where else ''} (same engine, no speculation; the kit "
+                 f"knows no formula of {engine(impl)})\n{result.summary()}")
         return result
     result = statistics.chi_square_gof(observed, law)
     if not result.passed:
