@@ -57,6 +57,20 @@ def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
         return Expected(0, 0, 0)
     name = "target" if draft == "perfect" else draft
     target = oracle.served_greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
+    return replay(target, lambda committed, n: _draft_greedy(
+        name, tuple(prompt) + tuple(target[:committed]), n), max_tokens, k, schedule, produced)
+
+
+def replay(target, propose, max_tokens: int, k: int, schedule: str = "full",
+           produced: int | None = None) -> Expected:
+    """The rounds of one greedy request, for any pair of models: `target` is the target's
+    greedy continuation of the prompt (max_tokens + k + 1 tokens: accepted proposals may run
+    past the end), `propose(committed, n)` the draft's n greedy proposals after the prompt and
+    target[:committed]. `produced` as in `greedy`."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
+    if max_tokens < 1:
+        return Expected(0, 0, 0)
     end = max_tokens if produced is None else min(produced, max_tokens)
     committed = 0 if schedule == "prompt" else 1
     drafts = drafted = accepted = 0
@@ -65,8 +79,7 @@ def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
              else min(k, max_tokens - committed - 1))
         if n <= 0:
             break
-        seq = tuple(prompt) + tuple(target[:committed])
-        proposals = _draft_greedy(name, seq, n)
+        proposals = tuple(propose(committed, n))
         a = 0
         while a < n and proposals[a] == target[committed + a]:
             a += 1

@@ -68,10 +68,11 @@ def _send(impl, prop, check, case, client, requests):
 
 # --------------------------------------------------------------------------- helpers
 
-def greedy_divergence(prompt, tokens, tolerance: float):
+def greedy_divergence(prompt, tokens, tolerance: float, logits=None):
     """None if every token is a float64 argmax within `tolerance` of the largest logit, else
-    (position, served token, argmax token, gap between them)."""
-    rows = oracle.served_logits(prompt, tokens)
+    (position, served token, argmax token, gap between them). `logits(prompt, tokens)`: the
+    float64 target's rows (default the kit's served target; the trained pair's elsewhere)."""
+    rows = (logits or oracle.served_logits)(prompt, tokens)
     for i, token in enumerate(tokens):
         if not 0 <= token < rows.shape[1]:
             return i, token, int(rows[i].argmax()), math.inf

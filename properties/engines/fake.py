@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from properties.adapters.dialects import Dialect, read_prometheus
 from properties.engines import Command, Engine, Method
@@ -13,11 +14,16 @@ from reference.penalties import OPENAI
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
     Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
+    # the trained pair (--models trained): its early exit or small draft, k = 4 per round
+    Method("draft-early-exit", "the trained pair's early exit (--models trained)",
+           "draft-early-exit"),
+    Method("draft-small", "the trained pair's small draft (--models trained)", "draft-small"),
 )}
 # its speculation counters, on its /metrics page (properties/engines/fake_server.py)
 DRAFTED = "kit_fake_drafted_tokens_total"
 ACCEPTED = "kit_fake_accepted_tokens_total"
 BEHAVIOUR = {"perfect-draft": None, "die-on-top-k": "die_on_top_k"}
+TRAINED_ONLY = ("draft-early-exit", "draft-small")
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,25 @@ class Fake(Dialect):
 FAKE = Fake(stop_in_ids=True, stop_in_text=True, honours_n=True, formula=OPENAI)
 
 
+def serves_trained(export_dir) -> bool:
+    """The export is the trained pair's (its target carries the trained tokenizer)."""
+    from reference.pretrained import TRAINED_DIR
+    exported = Path(export_dir) / "target" / "tokenizer.json"
+    return exported.is_file() and exported.read_text() == (TRAINED_DIR / "tokenizer.json").read_text()
+
+
 def command(env, export_dir, method, port) -> Command:
     argv = [sys.executable, "-m", "properties.engines.fake_server", "--port", str(port)]
     behaviour = BEHAVIOUR.get(method.name) if method is not None else None
     if behaviour:
         argv += ["--behaviour", behaviour]
+    if serves_trained(export_dir):
+        draft = "none" if method is None else "target" if method.draft == "perfect" else method.draft
+        argv += ["--trained", draft]
+    elif method is not None and method.name in TRAINED_ONLY:
+        # the server says so and exits: the launcher reports it from the log (a command line
+        # is still made, for the recipes and the interface's test)
+        argv += ["--trained-only", method.name]
     return Command(argv, health="/health")
 
 

@@ -22,6 +22,11 @@ Penalties, min_p, logit_bias, stop strings and logprobs follow the OpenAI API's 
 (reference.penalties.OPENAI, vLLM's): a matched stop string's tokens end token_ids and the
 text is cut before it; logprobs are the raw target's.
 
+With `trained` (``--trained DRAFT``) it serves the committed trained pair instead, greedy and
+token ids only: the float64 trained target, speculating with DRAFT (draft-early-exit,
+draft-small, target; "none": the baseline) k = 4 per round, its /metrics counting what its
+rounds drafted and accepted (behaviours "wrong_token" and "partial_accept" apply there too).
+
 Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
 `fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
 Its /metrics counters (its own names, which the `fake` engine's dialect reads) follow a perfect draft with k = 4 drafted per round ("full" schedule).
@@ -52,10 +57,11 @@ K = 4
 class FakeServer:
     """``with FakeServer(behaviour) as fake: fake.url`` (http://127.0.0.1:PORT/v1)."""
 
-    def __init__(self, behaviour=None, delay: float = 2.0):
+    def __init__(self, behaviour=None, delay: float = 2.0, trained: str | None = None):
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour={behaviour!r}: choose from {BEHAVIOURS}")
         self.behaviour = behaviour
+        self.trained = None if trained is None else TrainedSpeculator(trained)
         self.delay = delay
         self.drafted = 0
         self.accepted = 0
@@ -125,6 +131,8 @@ class FakeServer:
             return 500, {"error": "internal error (fake)"}
         if b == "slow":
             time.sleep(self.delay)
+        if self.trained is not None:
+            return self.complete_trained(body)
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             ids, text_mode = tokenizer.encode(prompt), True
@@ -177,6 +185,26 @@ class FakeServer:
             self.drafted += drafted
             self.accepted += drafted * 3 // 4 if b == "partial_accept" else drafted
         return 200, {"object": "text_completion", "model": "kit-target", "choices": choices}
+
+    def complete_trained(self, body: dict):
+        """A greedy request to the trained pair: its tokens, the rounds' counts on /metrics."""
+        prompt = body.get("prompt")
+        if isinstance(prompt, str) or float(body.get("temperature", 1.0)) != 0.0:
+            return 400, {"error": {"message": "the fake serves the trained pair greedy "
+                                              "(temperature 0) with token-id prompts only",
+                                   "type": "BadRequestError"}}
+        stops = set(body.get("stop_token_ids") or ())
+        out, drafted, accepted = self.trained.generate(list(prompt), int(body["max_tokens"]),
+                                                       stops)
+        if self.behaviour == "wrong_token" and len(out) > 3:
+            out[3] = (out[3] + 1) % self.trained.vocab
+        with self.lock:
+            self.drafted += drafted
+            self.accepted += accepted * 3 // 4 if self.behaviour == "partial_accept" else accepted
+        reason = "stop" if out and out[-1] in stops else "length"
+        # no text: the kit's side reads token_ids (the text would need the trained tokenizer)
+        return 200, {"object": "text_completion", "model": "kit-target",
+                     "choices": [{"index": 0, "token_ids": out, "finish_reason": reason}]}
 
     # ------------------------------------------------------------- sampling parameters
     # The OpenAI API's formula (reference.penalties.OPENAI, vLLM's): the bias, the penalties
@@ -277,6 +305,55 @@ class FakeServer:
         return out
 
 
+class TrainedSpeculator:
+    """The committed trained pair in float64: greedy decoding, speculative with `draft`: the
+    first token from the prefill, then rounds of K greedy proposals (K also when fewer tokens
+    remain: the "full" schedule), each verified by one target forward over the context and the
+    proposals, committing the agreeing prefix and the target's next token."""
+
+    def __init__(self, draft: str):
+        from reference.pretrained import load
+        pair = load(torch.float64)
+        self.target = pair.target
+        self.vocab = pair.target.config.vocab_size
+        choices = {"none": None, "target": pair.target, "draft-small": pair.small,
+                   "draft-early-exit": pair.early_exit()}
+        if draft not in choices:
+            raise ValueError(f"trained={draft!r}: choose from {tuple(choices)}")
+        self.draft = choices[draft]
+
+    @staticmethod
+    @torch.inference_mode()
+    def rows(model, seq) -> torch.Tensor:
+        """[len(seq), V]: the model's logits after each prefix of seq."""
+        ids = torch.tensor([list(seq)])
+        return model(ids, model.new_cache(1, ids.shape[1]))[0]
+
+    def generate(self, prompt, max_tokens: int, stops=()) -> tuple[list, int, int]:
+        """(tokens, drafted, accepted) of one greedy request."""
+        out = [int(self.rows(self.target, prompt)[-1].argmax())]
+        drafted = accepted = 0
+        while len(out) < max_tokens and out[-1] not in stops:
+            context = list(prompt) + out
+            if self.draft is None:
+                out.append(int(self.rows(self.target, context)[-1].argmax()))
+                continue
+            proposals = []
+            for _ in range(K):
+                proposals.append(int(self.rows(self.draft, context + proposals)[-1].argmax()))
+            # row i: the target's logits after the context and proposals[:i]
+            verify = self.rows(self.target, context + proposals)[len(context) - 1:]
+            a = 0
+            while a < K and int(verify[a].argmax()) == proposals[a]:
+                a += 1
+            drafted, accepted = drafted + K, accepted + a
+            for token in proposals[:a] + [int(verify[a].argmax())]:
+                out.append(token)
+                if len(out) >= max_tokens or token in stops:
+                    break
+        return out, drafted, accepted
+
+
 def _rounds(length: int) -> int:
     """Rounds of a perfect draft for an output of `length`: the prefill gives the first token,
     each round k accepted tokens and one more."""
@@ -291,8 +368,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.engines.fake_server")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--behaviour", default=None, choices=[b for b in BEHAVIOURS if b])
+    parser.add_argument("--trained", default=None, metavar="DRAFT",
+                        help="serve the trained pair, speculating with DRAFT (none: baseline)")
+    parser.add_argument("--trained-only", default=None, metavar="METHOD",
+                        help="refuse to start: METHOD serves the trained pair only")
     args = parser.parse_args(argv)
-    fake = FakeServer(args.behaviour)
+    if args.trained_only:
+        print(f"the fake's method {args.trained_only} serves the trained pair only: pass "
+              f"--models trained", flush=True)
+        return 2
+    fake = FakeServer(args.behaviour, trained=args.trained)
     fake.port = args.port
     with fake:
         print(f"fake engine ({args.behaviour or 'correct'}) on {fake.url}", flush=True)

@@ -31,12 +31,14 @@ METHODS = {m.name: m for m in (
            "draft-random", K),
     Method("perfect-draft", "draft model (draft-simple): the target itself", "perfect", K),
     Method("ngram", "n-gram drafting from the context (ngram-simple)", "ngram", K),
+    Method("draft-small", "draft model (draft-simple): the trained pair's small draft "
+                          "(--models trained)", "draft-small", K),
 )}
 # server slots: requests answered concurrently, as llama-server's default (auto) gives on a
 # small machine; the served_batch family compares answers inside a batch with answers alone
 SLOTS = 4
 DRAFT_FILES = {"draft-early-exit": "draft-early-exit", "draft-random": "draft-random",
-               "perfect": "target"}
+               "draft-small": "draft-small", "perfect": "target"}
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,10 @@ def prepare_commands(env: Environment | None, export_dir,
 def prepare(env: Environment, export_dir, log) -> None:
     """GGUF (float32) files of the target and the drafts, beside the export."""
     (Path(export_dir) / "gguf").mkdir(exist_ok=True)
-    for what, step in prepare_commands(env, export_dir):
+    # the drafts the export holds (the trained pair's run exports only the draft it uses)
+    drafts = tuple(d for d in ("draft-early-exit", "draft-random", "draft-small")
+                   if (Path(export_dir) / d / "config.json").exists())
+    for what, step in prepare_commands(env, export_dir, drafts):
         if Path(step.argv[-1]).exists():
             continue
         done = subprocess.run([str(a) for a in step.argv], capture_output=True, text=True)

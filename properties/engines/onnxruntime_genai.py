@@ -56,6 +56,9 @@ METHODS = {m.name: m for m in (
     Method("draft-random", "draft model: an independent random model", "draft-random", K),
     Method("perfect-draft", "draft model: the target itself", "perfect", K),
     Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", "ngram", K),
+    # the trained pair's small draft (--models trained): refused, its head size is 24
+    Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
+           "draft-small", K),
 )}
 FOLDER = "onnxruntime-genai"     # its converted models, beside the export
 
@@ -194,7 +197,10 @@ def prepare_commands(env: Environment | None, export_dir,
 
 def prepare(env: Environment, export_dir, log) -> None:
     """The converted models and the speculative folders, beside the export."""
-    for what, step in prepare_commands(env, export_dir):
+    # the drafts the export holds (the trained pair's run exports only the draft it uses)
+    drafts = tuple(d for d in ("draft-early-exit", "draft-random", "draft-small")
+                   if (Path(export_dir) / d / "config.json").exists())
+    for what, step in prepare_commands(env, export_dir, drafts):
         made = Path(step.argv[5] if step.argv[3] == "convert" else step.argv[6])
         if (made / "genai_config.json").exists():
             continue

@@ -67,7 +67,9 @@ def _methods() -> dict:
     base = (("draft-early-exit", "draft model: the target's first layer", "draft-early-exit"),
             ("draft-random", "draft model: an independent random model", "draft-random"),
             ("perfect-draft", "draft model: the target itself", "perfect"),
-            ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})", "ngram"))
+            ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})", "ngram"),
+            ("draft-small", "draft model: the trained pair's small draft (--models trained)",
+             "draft-small"))
     found = {}
     for name, description, draft in base:
         found[name] = OpenVINOMethod(name, description + " (default SchedulerConfig)", draft, K)

