@@ -187,3 +187,19 @@ def test_vllm_accepted_by_position_is_read_from_its_metrics_page():
     assert vllm.accepted_per_position(after) == (11.0, 8.0, 8.0, 8.0)
     assert vllm.accepted_per_position("# nothing\n") is None
     assert vllm.DIALECT.draft_proposals == "greedy"
+
+
+@pytest.mark.parametrize("proposals", ["sampled", "greedy"])
+def test_prompt_schedule_is_judged_at_max_tokens_1(proposals):
+    """The first round drafts from the prompt (onnxruntime-genai): one proposal at max_tokens 1,
+    judged against the prompt's own round law; a wrong ratio under it is still rejected."""
+    server = mutants.SpeculatingServer if proposals == "sampled" else mutants.GreedyDrafts
+    with server("draft-early-exit", k=4, schedule="prompt") as fake:
+        verdict = checks.check_sampled_acceptance(
+            speculating(fake, proposals=proposals, schedule="prompt"), UNFILTERED)
+    assert verdict.schedule == "prompt" and verdict.drafted == verdict.samples
+    assert verdict.fitted == (proposals,) and verdict.power >= 0.99
+    with mutants.InvertedRatio("draft-early-exit", k=4, schedule="prompt") as fake:
+        with pytest.raises(PropertyFailure, match="accepts (fewer|more) drafted tokens"):
+            checks.check_sampled_acceptance(
+                speculating(fake, proposals="sampled", schedule="prompt"), UNFILTERED)

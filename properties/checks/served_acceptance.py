@@ -11,6 +11,14 @@ first token t0 from the prefill; one round of proposals follows from (prompt, t0
                                   draft at n_remaining - 1)
 
 and the round leaves nothing to draft for (at least L tokens, or none wanted after the bonus).
+An engine whose first round drafts from the prompt (onnxruntime-genai: the target's prefill
+verifies it) has no t0 before its round:
+
+    "prompt" schedule             L = 1: the round drafts min(k, 1) = 1 token from the prompt
+                                  (at L >= 2 a round committing one token is followed by a
+                                  second), so A is Bernoulli with the exact law of the prompt's
+                                  round, the same for every completion
+
 Given each completion's observed t0, its accepted count A has an exact law computed from the
 kit's models (properties.acceptance_sampled); the rounds are independent given their t0, so
 the engine's total accepted has the exact law of the sum (a convolution), and is tested two-
@@ -64,7 +72,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-import pytest
 
 from properties import acceptance_sampled as exact
 from properties import evidence, oracle, progress, statistics
@@ -80,7 +87,11 @@ PROP = "served_acceptance: the engine's accepted counts under sampling equal the
 DRAFTS = ("perfect", "draft-early-exit", "draft-random")   # the kit has these models
 DELTA_ACCEPTANCE = 0.05    # design deviation: acceptance rate per drafted token, absolute
 MIN_SAMPLES = 200          # completions at least (the power's normal approximation needs many)
-DESIGN = {"full": 2, "capped": 3}   # max_tokens that make each completion one drafting round
+# max_tokens that make each completion one drafting round: after the prefill token, a full
+# round of k, or a capped round of one; or ("prompt") a round of one proposal drafted from the
+# prompt itself, which the target's prefill verifies (a second round would follow any round
+# that commits fewer than max_tokens tokens, so max_tokens 1 is the only one-round length)
+DESIGN = {"full": 2, "capped": 3, "prompt": 1}
 # Nodes of one round's draft tree the sampled convention may evaluate (two forwards each):
 # beyond it the check narrows top-k (a k-way tree of depth n - 1 has (k^n - 1) / (k - 1) nodes).
 MAX_TREE = 400
@@ -102,10 +113,13 @@ class Verdict:
 
 
 def drafts_per_round(schedule: str, k: int, budget: int) -> int:
-    """Proposals of the round after a request's prefill token, the request wanting `budget`
-    tokens: k ("full"), or the tokens still wanted after the round's bonus ("capped")."""
+    """Proposals of the design's round, the request wanting `budget` tokens: after the prefill
+    token, k ("full") or the tokens still wanted after the round's bonus ("capped"); from the
+    prompt, the tokens wanted, at most k ("prompt")."""
     if schedule not in DESIGN:   # the schedules with a one-round design
         raise ValueError(f"schedule={schedule!r}: choose from {tuple(DESIGN)}")
+    if schedule == "prompt":
+        return max(0, min(k, budget))
     return k if schedule == "full" else max(0, min(k, budget - 2))
 
 
@@ -116,11 +130,14 @@ def rounds_of(prompt, completion, max_tokens: int, schedule: str, k: int) -> lis
     DESIGN[schedule] no piece has a second round (its first commits >= 2 of <= 2 tokens, or
     leaves none to draft for)."""
     pieces = completion.pieces or (len(completion.tokens),)
+    # the round's context: the prefix and the prefill token ("full", "capped"), or the prefix
+    # alone ("prompt": the round drafts before the piece's first token)
+    first = 0 if schedule == "prompt" else 1
     out, done = [], 0
     for length in pieces:
         n = drafts_per_round(schedule, k, max_tokens - done)
-        if length >= 2 and n > 0:
-            out.append((tuple(prompt) + tuple(completion.tokens[:done + 1]), n))
+        if length >= first + 1 and n > 0:
+            out.append((tuple(prompt) + tuple(completion.tokens[:done + first]), n))
         done += length
     return out
 
@@ -163,8 +180,9 @@ def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, 
     """(N, v, n): completions needed for POWER at DELTA_ACCEPTANCE (the module's arithmetic),
     the mean variance per round of the convention that needs most, proposals per round."""
     n = drafts_per_round(schedule, impl.k, DESIGN[schedule])
-    law = t0_law(case)
-    contexts = [tuple(case.prompt) + (t,) for t in law]
+    # the round's context: the prompt and each prefill token by its law, or the prompt alone
+    law = {None: 1.0} if schedule == "prompt" else t0_law(case)
+    contexts = [tuple(case.prompt) + ((t,) if t is not None else ()) for t in law]
     worst_v = 0.0
     for convention in proposals:
         laws = exact.cached_round_laws(contexts, n, impl.draft, case.sampling, convention)
@@ -189,7 +207,7 @@ def _probe_schedule(impl, case: ServedCase) -> str:
     if counted is None:
         fail(impl, PROP, CHECK, case, f"{client.url} reports no speculation counters")
     done = [c for a in counted.answers for c in a]
-    fits = [s for s in DESIGN
+    fits = [s for s in ("full", "capped")
             if counted.drafted == sum(n for c in done
                                       for _, n in rounds_of(probe.prompt, c, probe.max_tokens,
                                                             s, impl.k))]
@@ -216,10 +234,6 @@ def _counters(impl, case):
 def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     proposals = conventions(impl)
     schedule = impl.schedule or _probe_schedule(impl, case)
-    if schedule not in DESIGN:
-        pytest.skip(f"not applicable: the one-round design needs a first token from the "
-                    f"prefill, and the {schedule!r} schedule drafts from the prompt (its exact "
-                    f"law under sampling is not modelled here yet)")
     case = design(case, schedule, impl.k, proposals, impl.draft)
     N, v, n = plan(impl, case, schedule, proposals)
     power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)

@@ -3,7 +3,8 @@ per acceptance bug the family must catch.
 
 `SpeculatingServer` really speculates with a kit draft model: each round proposes n tokens
 (k, also past max_tokens: the "full" schedule; or "capped" to the tokens still wanted after
-the round's bonus token), sampled from the draft's processed law q (same
+the round's bonus token; or "prompt": rounds from the prompt on, each of at most the tokens
+still wanted), sampled from the draft's processed law q (same
 temperature, top-k, top-p as the request), accepts x with probability min(1, p(x) / q(x)),
 draws a rejected position's token from the normalized residual max(0, p - q) and a bonus token
 from p after a fully accepted round. It counts honestly on /metrics: the `fake` engine's
@@ -68,8 +69,8 @@ class SpeculatingServer(FakeServer):
 
     def __init__(self, draft: str = "draft-early-exit", k: int = 4, schedule: str = "full"):
         super().__init__(None)
-        if schedule not in ("full", "capped"):
-            raise ValueError(f"schedule={schedule!r}: choose from ('full', 'capped')")
+        if schedule not in ("full", "capped", "prompt"):
+            raise ValueError(f"schedule={schedule!r}: choose from ('full', 'capped', 'prompt')")
         self.draft_model = oracle.SERVED_TARGET if draft == "perfect" else draft
         self.k, self.schedule = k, schedule
         self.spec = {"drafted": 0, "accepted": 0, "by_position": [0] * k}
@@ -138,11 +139,16 @@ class SpeculatingServer(FakeServer):
     def _generate(self, ids, max_tokens, temperature, top_k, top_p, stops, rng):
         sampling = (temperature, top_k, top_p)
         seq = list(ids)
-        out = [self.draw(self.law(self.logits("target", seq), *sampling), rng)]
+        # "prompt": the first round drafts from the prompt, the prefill verifies it
+        out = ([] if self.schedule == "prompt" else
+               [self.draw(self.law(self.logits("target", seq), *sampling), rng)])
         drafted, accepted, by_position = 0, 0, [0] * self.k
-        while len(out) < max_tokens and out[-1] not in stops:
-            # "capped": no more proposals than the tokens still wanted after the bonus token
-            n = self.k if self.schedule == "full" else min(self.k, max_tokens - len(out) - 1)
+        while len(out) < max_tokens and (not out or out[-1] not in stops):
+            # "capped": no more proposals than the tokens still wanted after the bonus token;
+            # "prompt": than the tokens still wanted
+            n = (self.k if self.schedule == "full" else
+                 min(self.k, max_tokens - len(out)) if self.schedule == "prompt" else
+                 min(self.k, max_tokens - len(out) - 1))
             if n <= 0:
                 out.append(self.draw(self.law(self.logits("target", seq + out), *sampling), rng))
                 continue
@@ -165,7 +171,7 @@ class SpeculatingServer(FakeServer):
                                                     *sampling), rng))
             drafted, accepted = drafted + n, accepted + len(committed) - 1
             for t in committed:
-                if len(out) < max_tokens and out[-1] not in stops:
+                if len(out) < max_tokens and (not out or out[-1] not in stops):
                     out.append(t)
         drafted += self.unverified(self.k)
         with self.lock:
