@@ -251,7 +251,8 @@ def test_correct_fake_passes_every_check():
     (mutants.BiasFirstTokenOnly, checks.check_greedy, GREEDY_BIAS, "argmax of the target"),
     (mutants.BiasFirstTokenOnly, checks.check_law, LAW_BIAS_LATER, "not distributed"),
     (mutants.DraftLogprobs, checks.check_logprobs, LOGPROBS, "log-softmax"),
-    (mutants.StopStringLate, checks.check_stop_strings, STOP, "completes at token 5"),
+    (mutants.StopStringLate, checks.check_stop_strings, STOP,
+     r"completes at token 5 \(starts at \d+\), but the output has \d+ tokens \(past its end\)"),
     (mutants.SharedStreamN, checks.check_n, N, "not independent"),
 ], ids=lambda v: getattr(v, "__name__", None) if isinstance(v, type) or callable(v) else None)
 def test_broken_server_fails_the_check_meant_for_it(mutant, check, case, match):

@@ -399,8 +399,12 @@ def check_stop_strings(impl, case: ServedCase):
         where = ("no stop string occurs in the greedy output" if start is None else
                  f"the stop string {tokenizer.decode(greedy[start:end])!r} completes at token "
                  f"{end} (starts at {start})")
+        # the pattern for the cause line: an output that runs on past the stop string (a
+        # stop missed) or ends before it (a stop seen too early)
+        how = ("" if start is None else " (past its end)" if len(tokens) > end else
+               " (before its end)" if len(tokens) < start else "")
         fail(impl, prop, CHECK_STOP_STRINGS, case,
-             f"{where}, but the output has {len(tokens)} tokens\nserved:   {tokens} "
+             f"{where}, but the output has {len(tokens)} tokens{how}\nserved:   {tokens} "
              f"({tokenizer.decode(tokens)!r})\nexpected: {' or '.join(map(str, expected))}")
     if start is not None and served.finish_reason not in (None, "stop"):
         fail(impl, prop, CHECK_STOP_STRINGS, case,
