@@ -8,7 +8,11 @@ Per family (all its correct implementations together) and overall:
 * the rate of p < 0.05 and p < 1e-3 with exact 95% intervals, and the rate at the kit's alpha
   extrapolated from the tail (stats.extrapolated);
 * runs NOT CONFORMANT, with an exact interval, against the verdict line's union bound for the
-  checks those runs made.
+  checks those runs made;
+* apart from the p-values: checks of a law with one possible outcome (judged by support alone,
+  no p-value by design) and checks that pooled to one group (df 0 on a law with several
+  outcomes: p = 1 whatever the engine did, a failure of the pooling rule that
+  statistics.pool_cells no longer allows; only runs recorded before that fix have them).
 Power (runs on deviating implementations): per family and deviation, the runs and the checks
 that rejected, with intervals, and the deviation detected half the time (interpolated).
 """
@@ -26,6 +30,7 @@ from properties.calibration import stats as cs
 
 
 NO_DEVIATION = "no such deviation of this law"
+SUPPORT_TESTS = ("support", "one-outcome")
 
 
 def load(out: Path) -> list[dict]:
@@ -43,12 +48,13 @@ def _null(runs: list[dict]) -> dict:
             groups[run["family"]].append(run)
     out = {}
     for family, rs in list(groups.items()) + [("all", [r for g in groups.values() for r in g])]:
-        # a check whose law pools into one cell (df 0) tests nothing and returns p = 1
-        ps = [rec["p"] for r in rs for rec in r["records"] if rec.get("df", 1) >= 1]
+        records = [rec for r in rs for rec in r["records"]]
+        ps = [rec["p"] for rec in records if rec.get("df", 1) >= 1]
         checks = [len(r["records"]) for r in rs]
         failed = sum(r["failed"] for r in rs)
         row = {"runs": len(rs), "impls": sorted({r["impl"] for r in rs}), "checks": len(ps),
-               "df0_checks": sum(checks) - len(ps),
+               "support_checks": sum(map(_support_only, records)),
+               "powerless_checks": sum(map(_powerless, records)),
                "checks_per_run": float(np.mean(checks)) if checks else 0.0,
                "failed_runs": failed, "failed_interval": cs.clopper_pearson(failed, len(rs)),
                "below_alpha": int(sum(p < statistics.ALPHA for p in ps)),
@@ -63,6 +69,21 @@ def _null(runs: list[dict]) -> dict:
             row["at_alpha"] = cs.extrapolated(ps, statistics.ALPHA)
         out[family] = row
     return out
+
+
+def _support_only(record: dict) -> bool:
+    """A check with no p-value by design: a law with one possible outcome, judged by support
+    alone (statistics.plan, test "support"), or two samples both on one outcome ("one-outcome").
+    Not in the p-values (p = 1 is no statement of calibration), counted apart."""
+    return record.get("test") in SUPPORT_TESTS
+
+
+def _powerless(record: dict) -> bool:
+    """A check of df 0 on a law with two or more possible outcomes: pooling left one group, so
+    p = 1 whatever the engine did. The pooling rule no longer allows it (statistics.pool_cells
+    keeps two groups, judged exactly where one is small); runs recorded before that fix have
+    them (records without "test"). Counted as a failure of the pooling rule, not a p-value."""
+    return record.get("df", 1) < 1 and not _support_only(record)
 
 
 def _power(runs: list[dict]) -> dict:
@@ -177,6 +198,15 @@ def markdown(null: dict, power: dict, cost: list | None = None) -> str:
             f"{a['estimate']:.2g} {_interval((a['low'], a['high']))} | "
             f"{r['failed_runs']} of {r['runs']} {_interval(r['failed_interval'])} | "
             f"{r['run_bound']:.2g} ({r['checks_per_run']:.1f} checks) |")
+    notes = [f"{family}: {r['support_checks']} checks of a law with one possible outcome "
+             f"(judged by support alone, no p-value)" for family, r in null.items()
+             if family != "all" and r.get("support_checks")]
+    notes += [f"{family}: {r['powerless_checks']} checks pooled to one group (df 0, p = 1 "
+              f"whatever the engine did), a failure of the pooling rule, recorded before it was "
+              f"fixed; not among the p-values" for family, r in null.items()
+              if family != "all" and r.get("powerless_checks")]
+    if notes:
+        lines += ["", "Not among the p-values: " + "; ".join(notes) + "."]
     if power:
         lines += ["", "| family | deviation (TV) | runs rejected [95% CI] | checks rejected "
                       "[95% CI] |", "| --- | --- | --- | --- |"]
