@@ -18,20 +18,28 @@ imports what it needs inside its methods and names nothing else of its file.
             # "pieces": the lengths of the engine calls the output was assembled from, if
             # several (each from the prompt and the tokens so far)
         def counters(self) -> dict   # optional: engine-wide cumulative counts, same keys
+        BATCH = 8                    # optional, with generate_batch: the most rows per call
+        def generate_batch(self, prompts, params_list) -> list of (ids, finish_reason, stats)
+            # optional: the requests in flight together, answered by one engine call, one
+            # (ids, finish_reason, stats) per row in order (stats None where the engine
+            # counts per call only: then counters() holds the call's counts)
 
-One request at a time (a lock): a session answers batch size 1 unless its engine batches.
-Answers:
+A session without generate_batch answers one request at a time (a lock): batch size 1. With
+it, the requests in flight together are gathered: the first waits WINDOW seconds for others
+(the kit's batches arrive within milliseconds), and the group, at most BATCH rows, goes to
+generate_batch in one call; a group of one goes to generate. Requests arriving meanwhile form
+the next group. Answers:
 
 * a field the session does not take (not plain, not in PARAMS), or n > 1: HTTP 400 naming it
   (the kit's checks say "not supported");
 * an exception inside the session (the engine's API): HTTP 500 whose message starts with the
   exception and its innermost frame ("RuntimeError: ... in file.py:function", the signature
   properties/serve/deaths.py reads from a log), the traceback printed to the log; the worker
-  lives on, as a server that fails one request;
+  lives on, as a server that fails one request (every request of a batched call that raised);
 * a hard crash (a signal, an abort in native code) kills the worker: faulthandler prints
   "Fatal Python error" and the Python stack to the log, and the kit reports the death.
 
-    python inprocess.py --session FILE:CLASS --port P [--config JSON]
+    python inprocess.py --session FILE:CLASS --port P [--config JSON] [--window SECONDS]
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -54,6 +63,9 @@ DRAFTED = "kit_inprocess_drafted_tokens_total"
 ACCEPTED = "kit_inprocess_accepted_tokens_total"
 ROUNDS = "kit_inprocess_rounds_total"
 MODEL = "kit-target"
+# how long the first request of a group waits for others to arrive (seconds): the kit's client
+# submits a batch's requests at once, so they arrive within a few milliseconds of each other
+WINDOW = 0.05
 
 
 def load_class(path: str, name: str):
@@ -82,11 +94,36 @@ class Refusal(ValueError):
     """A request the session cannot take: answered HTTP 400."""
 
 
+class Pending:
+    """One request waiting for the call that answers it: its (ids, finish_reason, stats), or
+    the error of the call's exception (its signature, see `where`)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.answer, self.error = None, None
+
+    def fail(self, exc: BaseException):
+        self.error = {"message": where(exc), "type": type(exc).__name__}
+        self.done.set()
+
+
+def log_failure():
+    """The traceback of the exception being handled, to the log (the worker's stdout)."""
+    traceback.print_exc(file=sys.stdout)
+    sys.stdout.flush()
+
+
 class Worker:
-    def __init__(self, session):
+    def __init__(self, session, window: float = WINDOW):
         self.session = session
-        self.lock = threading.Lock()     # batch size 1: one generate at a time
+        self.lock = threading.Lock()     # one engine call at a time
         self.totals = {"drafted": 0, "accepted": 0, "rounds": 0}
+        self.batches = hasattr(session, "generate_batch")
+        self.window, self.most = window, int(getattr(session, "BATCH", 8))
+        self.waiting = []                # [(prompt, params, Pending)] not yet in a call
+        self.arrived = threading.Condition()
+        if self.batches:
+            threading.Thread(target=self.gather, daemon=True, name="batcher").start()
 
     def params(self, body: dict) -> dict:
         taken = set(PLAIN) | set(getattr(self.session, "PARAMS", ()))
@@ -110,13 +147,19 @@ class Worker:
             params = self.params(body)
         except (Refusal, KeyError, TypeError, ValueError) as exc:
             return 400, {"error": {"message": str(exc), "type": "BadRequestError"}}
-        try:
+        if self.batches:
+            pending = self.batched(list(body["prompt"]), params)
+        else:
+            pending = Pending()
             with self.lock:
-                ids, finish, stats = self.session.generate(list(body["prompt"]), params)
-        except Exception as exc:   # the engine's API failed this request: its failure, answered
-            traceback.print_exc(file=sys.stdout)
-            sys.stdout.flush()
-            return 500, {"error": {"message": where(exc), "type": type(exc).__name__}}
+                try:
+                    pending.answer = self.session.generate(list(body["prompt"]), params)
+                except Exception as exc:   # the engine's API failed this request: answered
+                    log_failure()
+                    pending.fail(exc)
+        if pending.error is not None:
+            return 500, {"error": pending.error}
+        ids, finish, stats = pending.answer
         ids = [int(t) for t in ids]
         choice = {"index": 0, "token_ids": ids, "finish_reason": finish}
         if stats is not None:
@@ -127,6 +170,47 @@ class Worker:
                 for k in self.totals:
                     self.totals[k] += choice["speculation"][k]
         return 200, {"object": "text_completion", "model": MODEL, "choices": [choice]}
+
+    def batched(self, prompt, params) -> "Pending":
+        """This request, answered inside the group it lands in (or failed with its call)."""
+        pending = Pending()
+        with self.arrived:
+            self.waiting.append((prompt, params, pending))
+            self.arrived.notify()
+        pending.done.wait()
+        return pending
+
+    def gather(self):
+        """The batcher thread: forever, wait for a request, give others WINDOW to join it, and
+        answer the group (at most BATCH rows) with one engine call."""
+        while True:
+            with self.arrived:
+                while not self.waiting:
+                    self.arrived.wait()
+            time.sleep(self.window)
+            with self.arrived:
+                group, self.waiting = self.waiting[:self.most], self.waiting[self.most:]
+            self.answer(group)
+
+    def answer(self, group):
+        prompts, params = [g[0] for g in group], [g[1] for g in group]
+        try:
+            with self.lock:
+                if len(group) == 1:
+                    answers = [self.session.generate(prompts[0], params[0])]
+                else:
+                    answers = list(self.session.generate_batch(prompts, params))
+            if len(answers) != len(group):
+                raise RuntimeError(f"generate_batch answered {len(answers)} rows for a call of "
+                                   f"{len(group)}")
+        except Exception as exc:   # the call failed: every request in it fails with its signature
+            log_failure()
+            for _, _, pending in group:
+                pending.fail(exc)
+            return
+        for (_, _, pending), answer in zip(group, answers):
+            pending.answer = tuple(answer)
+            pending.done.set()
 
     def metrics(self) -> str:
         counts = self.session.counters() if hasattr(self.session, "counters") else self.totals
@@ -181,6 +265,9 @@ def main(argv=None) -> int:
     parser.add_argument("--session", required=True, metavar="FILE:CLASS")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--config", default="{}", help="JSON given to the session")
+    parser.add_argument("--window", type=float, default=WINDOW, metavar="SECONDS",
+                        help="how long a batch's first request waits for others "
+                             "(a session with generate_batch)")
     args = parser.parse_args(argv)
     faulthandler.enable()    # a crash in native code leaves its Python stack in the log
     # run as a script, Python puts this folder first on sys.path, where an engine file named
@@ -191,7 +278,9 @@ def main(argv=None) -> int:
     if not path or not name:
         parser.error(f"--session={args.session}: expected FILE:CLASS")
     session = load_class(path, name)(json.loads(args.config))
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(Worker(session)))
+    if not args.window >= 0:
+        parser.error(f"--window={args.window}: expected seconds >= 0")
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(Worker(session, args.window)))
     server.daemon_threads = True
     print(f"{name} of {path} answers on http://127.0.0.1:{args.port}/v1", flush=True)
     server.serve_forever()

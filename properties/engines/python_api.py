@@ -3,7 +3,8 @@ is the worker that serves it): the worker's command line and the dialect it spea
 
 An engine file of this kind declares a stdlib-only `Session` class (see inprocess.py) and its
 `command()` returns `worker(python, __file__, method config, port)`, where `python` is its own
-environment's interpreter. The dialect is the OpenAI one (token ids in and out) with the
+environment's interpreter. A session with `generate_batch` answers the requests in flight
+together in one engine call (its Engine's `concurrency` says how many, at most). The dialect is the OpenAI one (token ids in and out) with the
 engine's draft statistics in each answer (`speculation`: drafted, accepted, rounds), so the
 counters checks compare them with the exact replay request by request.
 """
@@ -23,11 +24,14 @@ WORKER = Path(inprocess.__file__)
 
 
 def worker(python, session_file, config: dict, port: int, cls: str = "Session",
-           env: dict | None = None) -> Command:
+           env: dict | None = None, window: float | None = None) -> Command:
     """The command that serves `cls` of `session_file` on `port` with `python` (the engine's
-    environment), the session built from `config` (JSON)."""
+    environment), the session built from `config` (JSON); `window`: how long a batch's first
+    request waits for others (inprocess.WINDOW when None), for a session that batches."""
     argv = [python, WORKER, "--session", f"{session_file}:{cls}", "--port", str(port),
             "--config", json.dumps(config, sort_keys=True)]
+    if window is not None:
+        argv += ["--window", str(window)]
     return Command(argv, env=dict(env or {}), health="/health")
 
 
