@@ -172,3 +172,29 @@ def test_a_tokenizer_with_an_added_token_is_staged_as_it_is(tmp_path):
     openvino.stage(tmp_path / "src", tmp_path / "staged")
     assert json.loads((tmp_path / "staged" / "tokenizer.json").read_text()) == \
         json.loads((tmp_path / "src" / "tokenizer.json").read_text())
+
+
+def test_counts_are_the_worker_totals_around_requests_and_a_batch_is_one_call():
+    """Requests in flight together are one ContinuousBatchingPipeline call, whose
+    extended_perf_metrics are the call's: the dialect reads the counts as the worker's
+    engine-wide totals (its /metrics) around a check's requests, as a server's counters, with no
+    rounds (the engine counts none); the session batches as many rows as the kit keeps in
+    flight."""
+    from properties.engines import inprocess, openvino
+    dialect = ENGINE.dialect_for(ENGINE.method("draft-early-exit"))
+    assert dialect.per_response is False
+
+    class Totals:   # a session's engine-wide counts, as the worker serves them
+        def counters(self):
+            return {"drafted": 68, "accepted": 18}
+
+    class Page:     # the worker's /metrics page, as the kit's client reads it
+        def get_root_text(self, path):
+            assert path == "/metrics"
+            return inprocess.Worker(Totals()).metrics()
+
+    counted = dialect.counters(Page())
+    assert (counted.drafted, counted.accepted, counted.rounds) == (68, 18, None)
+    session = inprocess.load_class(openvino.__file__, "Session")
+    assert ENGINE.concurrency == session.BATCH == 8
+    assert hasattr(session, "generate_batch") and hasattr(session, "counters")

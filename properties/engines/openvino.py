@@ -27,11 +27,18 @@ Inference and the KV cache in float32, as the exported weights: the CPU plugin's
 cache is u8 and moved a 4-token sequence's log-probability by 2e-4 (measured 2026-12-03;
 float32 brings it within 1e-6 of the kit's float64 law).
 
+Batches: LLMPipeline takes one generation config per call, so requests in flight together
+(up to CONCURRENCY, gathered by the worker) go to one ``ContinuousBatchingPipeline.generate``
+call with one GenerationConfig per row (greedy and sampled rows mixed, each its own seed), built
+with the same models, draft or prompt lookup, device settings and SchedulerConfig as the
+method's LLMPipeline (which is itself that pipeline behind an adapter,
+src/cpp/src/llm/pipeline_continuous_batching_adapter.hpp); a request alone keeps LLMPipeline.
+
 Counts: ``extended_perf_metrics`` per generate call (``get_num_draft_tokens``,
-``get_num_accepted_tokens``); none for prompt lookup, whose speculation the kit shows by its
-own lookup replay (properties/speculation.py). One request at a time: LLMPipeline takes one
-generation config per call, so the served_batch family's mixed batches cannot be sent as one
-call (concurrency 1).
+``get_num_accepted_tokens``), the whole call's in a batch (every row of a batch carries the
+same metrics), so the kit reads them as engine-wide totals around its requests, as a server's
+counters; none for prompt lookup, whose speculation the kit shows by its own lookup replay
+(properties/speculation.py).
 """
 
 from __future__ import annotations
@@ -45,7 +52,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from properties.engines import Command, Engine, EngineMissing, Method, python_api
+from properties.adapters.dialects import read_prometheus
+from properties.engines import Command, Engine, EngineMissing, Method, inprocess, python_api
 from properties.engines.local import engines_dir, output
 
 VERSION = "2026.4.1.0"
@@ -54,6 +62,8 @@ K = 4
 NGRAM = 3
 FOLDER = "openvino"          # converted models, beside the export
 STAGED = "openvino-source"   # the staged copies they are converted from
+# requests answered together: rows of one ContinuousBatchingPipeline call (Session.BATCH)
+CONCURRENCY = 8
 # the SchedulerConfig variants: None is LLMPipeline's default (what users run)
 DEFAULT, NO_PREFIX_CACHING = None, {"enable_prefix_caching": False}
 
@@ -97,43 +107,57 @@ class Session:
     worker (properties/engines/inprocess.py): compiled alone in the engine's environment."""
 
     PARAMS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "min_p", "stop")
+    BATCH = 8   # rows per ContinuousBatchingPipeline call (the engine file's CONCURRENCY)
 
     def __init__(self, config):
         self.settings = config
-        self.pipe = self.build()
+        self.pipe, self.batcher = self.build(), self.build(batched=True)
         self.eos, self.k, self.ngram = int(config["eos"]), config.get("k"), config.get("ngram")
         self.lookup = bool(config.get("prompt_lookup"))
         self.speculates = bool(config.get("draft")) or self.lookup
+        # the engine's counts, as it reports them per generate call (per request alone, per
+        # call in a batch), added up: the worker's /metrics
+        self.counts = {"drafted": 0, "accepted": 0}
 
-    def build(self):
+    def build(self, batched=False):
+        """The LLMPipeline that answers a request alone, or (`batched`) the
+        ContinuousBatchingPipeline that answers a batch: the same models, draft or prompt
+        lookup, device settings and SchedulerConfig."""
         import openvino_genai as genai
         config = self.settings
         # float32 inference and KV cache, as the exported weights (see the module's docstring)
         device = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
         options = dict(device)
+        scheduler = genai.SchedulerConfig()
+        # LLMPipeline's own default, then the method's change (utils.cpp
+        # get_latency_oriented_scheduler_config: unlimited batched tokens, prefix caching)
+        scheduler.max_num_batched_tokens = 2**63 - 1
+        scheduler.enable_prefix_caching = True
+        for key, value in (config.get("scheduler") or {}).items():
+            setattr(scheduler, key, value)
         if config.get("scheduler") is not None:
-            scheduler = genai.SchedulerConfig()
-            # LLMPipeline's own default, then the method's change (utils.cpp
-            # get_latency_oriented_scheduler_config: unlimited batched tokens, prefix caching)
-            scheduler.max_num_batched_tokens = 2**63 - 1
-            scheduler.enable_prefix_caching = True
-            for key, value in config["scheduler"].items():
-                setattr(scheduler, key, value)
             options["scheduler_config"] = scheduler
         if config.get("draft"):
             options["draft_model"] = genai.draft_model(config["draft"], "CPU", **device)
         if config.get("prompt_lookup"):
             options["prompt_lookup"] = True
+        if batched:
+            options.pop("scheduler_config", None)
+            return genai.ContinuousBatchingPipeline(config["target"], scheduler, "CPU", options)
         return genai.LLMPipeline(config["target"], "CPU", **options)
 
-    def config(self, params):
+    def counters(self):
+        return dict(self.counts)
+
+    def config(self, params, batched=False):
         import os
-        c = self.pipe.get_generation_config()
+        c = (self.batcher.get_config() if batched else self.pipe.get_generation_config())
         # an end-of-sequence id no model emits (the checkpoints name none, and -1 is refused);
-        # the request's stop ids are the only ones
+        # the request's stop ids are the only ones (ContinuousBatchingPipeline checks that they
+        # hold the end-of-sequence id, which no model emits: it is added there)
         c.set_eos_token_id(self.eos)
         stops = set(int(t) for t in params["stop_token_ids"])
-        c.stop_token_ids = stops
+        c.stop_token_ids = stops | {self.eos} if batched else stops
         c.ignore_eos = not stops
         c.max_new_tokens = int(params["max_tokens"])
         c.min_new_tokens = 0
@@ -171,17 +195,52 @@ class Session:
             self.pipe = self.build()
             raise
         ids = [int(t) for t in result.tokens[0]]
-        stops = set(params["stop_token_ids"])
-        # short of max_tokens: a stop id (kept at the end) or a stop string (cut) ended it
-        stopped = len(ids) < params["max_tokens"] or (bool(ids) and ids[-1] in stops)
-        finish = "stop" if stopped else "length"
+        finish = self.finish(ids, params)
         if not self.speculates:
             return ids, finish, None
         if self.lookup:   # no counts: the kit's lookup replay shows the speculation
             return ids, finish, None
-        m = result.extended_perf_metrics
-        return ids, finish, {"drafted": int(m.get_num_draft_tokens()),
-                             "accepted": int(m.get_num_accepted_tokens())}
+        stats = self.counted(result.extended_perf_metrics)
+        return ids, finish, stats
+
+    def generate_batch(self, prompts, params_list):
+        """The rows in one ContinuousBatchingPipeline.generate call, each with its own
+        GenerationConfig (greedy and sampled rows, each its own rng_seed). Its
+        extended_perf_metrics are the call's, the same for every row
+        (fast_draft_strategy.hpp generate_common: each result gets the pipeline's metrics of
+        the call): so a row carries no counts of its own, and the call's counts go to the
+        engine-wide totals."""
+        import numpy as np
+        import openvino as ov
+        configs = [self.config(p, batched=True) for p in params_list]
+        try:
+            results = self.batcher.generate(
+                [ov.Tensor(np.array([p], dtype=np.int64)) for p in prompts], configs)
+        except RuntimeError:
+            # as in generate: a pipeline whose request failed is not trusted with the next
+            self.batcher = self.build(batched=True)
+            raise
+        rows = []
+        for result, params in zip(results, params_list):
+            ids = [int(t) for t in result.m_generation_ids[0]]
+            rows.append((ids, self.finish(ids, params), None))
+        if self.speculates and not self.lookup and results:
+            self.counted(results[0].extended_perf_metrics)
+        return rows
+
+    def finish(self, ids, params):
+        stops = set(params["stop_token_ids"])
+        # short of max_tokens: a stop id (kept at the end) or a stop string (cut) ended it
+        stopped = len(ids) < params["max_tokens"] or (bool(ids) and ids[-1] in stops)
+        return "stop" if stopped else "length"
+
+    def counted(self, metrics):
+        """One generate call's counts, added to the engine-wide totals."""
+        stats = {"drafted": int(metrics.get_num_draft_tokens()),
+                 "accepted": int(metrics.get_num_accepted_tokens())}
+        for key in self.counts:
+            self.counts[key] += stats[key]
+        return stats
 
 
 
@@ -189,16 +248,23 @@ class Session:
 
 @dataclass(frozen=True)
 class OpenVINO(python_api.InProcess):
-    """The worker's answers for an LLMPipeline: a matched stop string's tokens are cut from
-    the output (include_stop_str_in_output is false by default), and no per-token
-    log-probabilities or logit bias exist in its GenerationConfig. `counted` False (prompt
-    lookup): the engine reports no draft counts."""
+    """The worker's answers for an LLMPipeline (a request alone) or a
+    ContinuousBatchingPipeline (a batch): a matched stop string's tokens are cut from the
+    output (include_stop_str_in_output is false by default), and no per-token
+    log-probabilities or logit bias exist in its GenerationConfig. The engine counts per
+    generate call, and a batch is one call: a request's counts are read as the difference of
+    the worker's engine-wide totals around it (per_response False, as for a server's /metrics;
+    the engine counts no rounds). `counted` False (prompt lookup): the engine reports no draft
+    counts."""
 
     name: str = "openvino"
     counted: bool = True
+    per_response: bool = False
 
     def counters(self, client):
-        return super().counters(client) if self.counted else None
+        if not self.counted:
+            return None
+        return read_prometheus(client, (inprocess.DRAFTED,), (inprocess.ACCEPTED,))
 
     def counters_missing(self, client):
         if self.counted:
@@ -212,10 +278,13 @@ DIALECT = OpenVINO(
     unsupported={"logit_bias": "GenerationConfig has no logit bias",
                  "logprobs": "EncodedResults carries one score per sequence (the sum of its "
                              "log-probabilities), no per-token log-probabilities"},
-    notes=("token ids in and out through ov.Tensor; one request per generate call",
+    notes=("token ids in and out through ov.Tensor; a request alone: LLMPipeline.generate; "
+           f"requests in flight together: one ContinuousBatchingPipeline.generate call (at "
+           f"most {CONCURRENCY} rows, each its own GenerationConfig)",
            "a matched stop id ends the output (kept); a matched stop string is cut",
-           "draft counts per call: extended_perf_metrics (none for prompt lookup)"))
-LOOKUP = replace(DIALECT, per_response=False, counted=False)
+           "draft counts per generate call: extended_perf_metrics, the whole call's in a batch "
+           "(none for prompt lookup); read as engine-wide totals"))
+LOOKUP = replace(DIALECT, counted=False)
 
 
 def dialects(method):
@@ -356,7 +425,7 @@ ENGINE = Engine(
     setup="make engine-openvino", validated=(f"openvino-genai {VERSION}",), methods=METHODS,
     dialect=DIALECT, dialects=dialects, find=find, version=version, command=command,
     prepare=prepare, prepare_commands=prepare_commands, start_timeout=120.0,
-    schedule="capped", concurrency=1)
+    schedule="capped", concurrency=CONCURRENCY)
 
 
 if __name__ == "__main__":
