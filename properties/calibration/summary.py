@@ -203,7 +203,7 @@ def markdown(null: dict, power: dict, cost: list | None = None) -> str:
              if family != "all" and r.get("support_checks")]
     notes += [f"{family}: {r['powerless_checks']} checks pooled to one group (df 0, p = 1 "
               f"whatever the engine did), a failure of the pooling rule, recorded before it was "
-              f"fixed; not among the p-values" for family, r in null.items()
+              f"fixed" for family, r in null.items()
               if family != "all" and r.get("powerless_checks")]
     if notes:
         lines += ["", "Not among the p-values: " + "; ".join(notes) + "."]
