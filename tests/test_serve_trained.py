@@ -143,3 +143,11 @@ def test_results_and_grid_keep_trained_runs_beside_the_kits(tmp_path):
     assert "| 125 / 280 (0.446) | 125 / 280 (0.446) | 2.59 | 1.31x |" in table
     page = grid.render(json.loads(results.read_text()), tmp_path)
     assert "The trained pair" in page and "2.59" in page and "1.31x" in page
+
+
+def test_a_refused_run_adds_nothing_to_the_results_file(tmp_path):
+    from properties.serve.__main__ import main
+    results = tmp_path / "engines.json"
+    assert main(["run", "vllm", "draft-small", "--models", "trained", "--results",
+                 str(results)]) == 3
+    assert not results.exists()

@@ -380,7 +380,7 @@ def main(args) -> int:
                   measure_speed=not args.no_speed, pytest_args=args.pytest_args,
                   port=args.port, baseline_port=args.baseline_port,
                   models=getattr(args, "models", "kit"))
-    if args.results:
+    if args.results and outcome.summary.get("engine"):   # a run refused before it began: none
         results_append(args.results, outcome.summary)
     return outcome.exit
 
