@@ -171,12 +171,9 @@ engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime
 	done; cat $(basename $(RESULTS)).md; \
 	$(PY) -m properties.report grid $(RESULTS) || status=1; exit $$status
 
-# What CI runs after make test: vLLM, llama.cpp and onnxruntime-genai with the early-exit draft
-# model (each run about 6 to 10 minutes here; OpenVINO stays in make engines).
-ci-engines: $(STAMP) engine-vllm engine-llamacpp engine-onnxruntime-genai
+# What CI runs after make test: vLLM and llama.cpp with the early-exit draft model.
+ci-engines: $(STAMP) engine-vllm engine-llamacpp
 	$(PY) -m properties.serve run vllm draft-early-exit --results $(RESULTS) \
 		--known-failures properties/known/vllm.txt
 	$(PY) -m properties.serve run llamacpp draft-early-exit --results $(RESULTS) \
 		--known-failures properties/known/llamacpp.txt
-	$(PY) -m properties.serve run onnxruntime-genai draft-early-exit --results $(RESULTS) \
-		--known-failures properties/known/onnxruntime-genai.txt
