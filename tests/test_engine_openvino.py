@@ -8,7 +8,10 @@ a matched stop string cut (stop_string_in_ids False), a seed replayed, draft cou
 (none for prompt lookup). The recorded defects are kept as they were seen: the counts leave out
 the last round of a request (properties/findings/openvino_draft_counts), and prompt lookup fails
 a stop string that begins at the first token (properties/findings/openvino_lookup_stop_string).
-Also the staging step: the tokenizer OpenVINO converts maps every id to itself.
+Batches (`capture.py --batches`): requests sent at once, answered by one
+ContinuousBatchingPipeline call, each greedy row the target's, no row with counts of its own,
+the worker's engine-wide totals moved by the call's. Also the staging step: the tokenizer
+OpenVINO converts maps every id to itself.
 """
 
 from __future__ import annotations
@@ -198,3 +201,50 @@ def test_counts_are_the_worker_totals_around_requests_and_a_batch_is_one_call():
     session = inprocess.load_class(openvino.__file__, "Session")
     assert ENGINE.concurrency == session.BATCH == 8
     assert hasattr(session, "generate_batch") and hasattr(session, "counters")
+
+
+def read_batch(name):
+    """(requests, completions, counters before, counters after) of a recorded batch."""
+    from properties.adapters.dialects import prometheus_counters
+    from properties.engines import inprocess
+    batch = RECORD["batches"][name]
+    method = None if name == "baseline" else ENGINE.method(name)
+    client = Client("http://127.0.0.1:9/v1", dialect=ENGINE.dialect_for(method),
+                    model="kit-target")
+    requests, completions = [], []
+    for fields, body, answer in zip(batch["requests"], batch["bodies"], batch["answers"]):
+        fields = dict(fields)
+        for tuple_field in ("prompt", "stop_ids", "stop_strings"):
+            fields[tuple_field] = tuple(fields[tuple_field])
+        req = Request(fields.pop("prompt"), fields.pop("max_tokens"), SamplingParams(**fields))
+        assert client.body(req) == body, f"{name}: the client words the batch otherwise now"
+        requests.append(req)
+        (completion,) = client.read_answer(answer, req)
+        completions.append(completion)
+    counts = [prometheus_counters(batch[k], (inprocess.DRAFTED,), (inprocess.ACCEPTED,))
+              for k in ("metrics_before", "metrics_after")]
+    return requests, completions, counts[0], counts[1]
+
+
+@pytest.mark.parametrize("name", ["baseline", "draft-early-exit-no-prefix-caching"])
+def test_a_batch_sent_at_once_is_answered_row_by_row_with_the_calls_counts(name):
+    """Requests sent at once (answered by one ContinuousBatchingPipeline call): each greedy
+    row is the target's greedy output within its length and stop ids; no row carries counts
+    of its own (a call's extended_perf_metrics are the call's), and the worker's engine-wide
+    totals moved by the call's counts: some drafted with a draft, none without."""
+    requests, completions, before, after = read_batch(name)
+    assert len(requests) >= 4 and any(not r.sampling.greedy for r in requests)
+    for req, completion in zip(requests, completions):
+        if req.sampling.greedy:
+            assert list(completion.tokens) == oracle.served_greedy(
+                req.prompt, req.max_tokens, req.sampling.stop_ids), (name, req)
+        assert completion.drafted is None, "a batched row carries no counts of its own"
+    drafted, accepted = after.drafted - before.drafted, after.accepted - before.accepted
+    if name == "baseline":
+        assert (drafted, accepted) == (0, 0)
+        sampled = [(r, c) for r, c in zip(requests, completions) if not r.sampling.greedy]
+        for req, completion in sampled:   # its first two tokens inside their law's support
+            law = oracle.served_law(req.prompt, 2, req.sampling.temperature)
+            assert law.get(tuple(completion.tokens[:2]), 0.0) > 0
+    else:
+        assert 0 < drafted and 0 <= accepted <= drafted

@@ -2,12 +2,15 @@
 tests/test_engine_openvino.py:
 
     KIT_ENGINES_DIR=.engines python tests/recorded/openvino/capture.py   # needs make engine-openvino
+    KIT_ENGINES_DIR=.engines python tests/recorded/openvino/capture.py --batches   # adds batches
 
 Exports the kit's models, converts them (the engine's `prepare`), starts the worker for the
 baseline and for three methods (the early-exit draft, the perfect draft, prompt lookup), sends
 the requests below exactly as the kit's client words them, and writes
 tests/recorded/openvino/openvino.json: the engine's version, and per method and request the
-body sent and the answer (or the error) verbatim. Nothing in the file is written by hand.
+body sent and the answer (or the error) verbatim. `--batches` adds (or replaces) only the
+"batches" part: the BATCH requests sent at once to the baseline and to a speculating method,
+with the worker's /metrics page around them. Nothing in the file is written by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import importlib.util
 import json
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,9 +90,54 @@ def capture() -> dict:
     return record
 
 
+# requests sent at once (`--batches`): the worker answers them with one
+# ContinuousBatchingPipeline call; greedy and sampled rows mixed, prompts and lengths ragged
+BATCH = (Request((3, 9, 27, 3, 9, 27, 3, 9), 16), Request((30, 1, 17, 8, 12), 12),
+         Request((1, 2, 3), 6, SamplingParams(temperature=1.0, seed=7)),
+         Request((1, 2, 3, 1, 2, 3, 1, 2, 3, 4), 7, SamplingParams(stop_ids=(3,))),
+         Request((7, 7, 7, 7), 2), Request((2, 4), 5))
+BATCH_METHODS = (None, "draft-early-exit-no-prefix-caching")
+
+
+def capture_batches(record: dict) -> dict:
+    """record["batches"]: per method, the BATCH requests sent at once (the bodies and the
+    answers, verbatim), with the worker's /metrics page before and after them."""
+    engine = engines.get(NAME)
+    env = engine.find()
+    work = Path(tempfile.mkdtemp(prefix=f"capture-{NAME}-batches-"))
+    export.export(work / "export")
+    engine.prepare(env, work / "export", work / "prepare.log")
+    if record["version"] != engine.version(env):
+        raise SystemExit(f"the recording is of {record['version']}, the engine here is "
+                         f"{engine.version(env)}: capture everything again")
+    record["batches"] = {}
+    for name in BATCH_METHODS:
+        method = engine.method(name) if name else None
+        server = Server(f"{NAME}-capture-batch-{name or 'baseline'}",
+                        lambda port: engine.command(env, work / "export", method, port), work,
+                        start_timeout=engine.start_timeout)
+        with server:
+            client = Client(server.url, dialect=engine.dialect_for(method), timeout=120)
+            client.resolve()
+            bodies = [client.body(req) for req in BATCH]
+            before = client.get_root_text("/metrics")
+            with ThreadPoolExecutor(len(BATCH)) as pool:
+                answers = list(pool.map(client.post, bodies))
+            after = client.get_root_text("/metrics")
+            record["batches"][name or "baseline"] = {
+                "requests": [{"prompt": req.prompt, "max_tokens": req.max_tokens,
+                              **dataclasses.asdict(req.sampling)} for req in BATCH],
+                "bodies": bodies, "answers": answers, "metrics_before": before,
+                "metrics_after": after}
+    return record
+
+
 def main() -> int:
-    record = capture()
     out = Path(__file__).with_name(f"{NAME}.json")
+    if sys.argv[1:] == ["--batches"]:   # only the batches, the rest of the recording kept
+        record = capture_batches(json.loads(out.read_text()))
+    else:
+        record = capture()
     out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {out} ({record['engine']} {record['version']})")
     return 0
