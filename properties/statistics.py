@@ -372,8 +372,11 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     """The n at which the test chi_square_gof runs on this law reaches `power` against TV
     `delta`, and that test's df and power.
 
-    * One positive outcome: the support test (any other outcome fails; alpha 0), n the
-      smallest with 1 - (1 - delta)^n >= power (support_sample_size).
+    * One positive outcome: the support test (any other outcome fails; alpha 0), whose power
+      against TV delta is 1 - (1 - delta)^n (support_power). n stays the one-degree chi-square
+      n, far above the support test's own need (support_sample_size: 37 at delta 0.12), because
+      callers reuse plan.n for companion tests the plan does not size: the rule's acceptance
+      and joint checks, a served check's two-sample comparison with its baseline.
     * Otherwise df depends on n through pooling (more samples, fewer pooled cells, more df), so
       iterate upwards from the one-degree requirement: n <- sample_size(df(n)) until it is a
       fixpoint. Where the partition at n is two groups one of which is below min_expected
@@ -399,7 +402,7 @@ def plan(probs, delta: float, strata=None, alpha: float = ALPHA, power: float = 
     if not (p > 0).any():
         raise ValueError("probs has no positive entry")
     if (p > 0).sum() == 1:
-        n = support_sample_size(delta, power)
+        n = max(sample_size(1, delta, alpha, power), support_sample_size(delta, power))
         test, df, r = "support", 0, 0.0
     else:
         n = sample_size(1, delta, alpha, power)

@@ -174,8 +174,11 @@ def test_a_law_with_one_outcome_is_judged_by_support_alone():
     delta = statistics.DELTA_SEQUENCE
     the_plan = plan([1.0, 0.0], delta)
     n = the_plan.n
-    # the smallest n with 1 - (1 - delta)^n >= POWER, written out
-    assert 1 - (1 - delta) ** n >= POWER > 1 - (1 - delta) ** (n - 1)
+    # the support test needs the smallest n with 1 - (1 - delta)^n >= POWER (written out);
+    # the plan keeps the one-degree n, which callers reuse for companion tests
+    need = statistics.support_sample_size(delta)
+    assert 1 - (1 - delta) ** need >= POWER > 1 - (1 - delta) ** (need - 1)
+    assert n == statistics.sample_size(1, delta) >= need
     assert (the_plan.test, the_plan.df) == ("support", 0)
     assert math.isclose(the_plan.power, 1 - (1 - delta) ** n)
     assert "support alone" in the_plan.describe()
@@ -184,12 +187,13 @@ def test_a_law_with_one_outcome_is_judged_by_support_alone():
     assert clean.passed and (clean.test, clean.df) == ("support", 0)
     assert not chi_square_gof({"a": n - 1, "b": 1}, law).passed
     assert not chi_square_gof({"a": n - 1, "elsewhere": 1}, law).passed
-    # an engine with mass delta elsewhere, simulated: caught at the stated rate
+    # an engine with mass delta elsewhere, simulated at the support test's own n (where the
+    # rate is not 1 to double precision): caught at the rate 1 - (1 - delta)^n
     rng = np.random.default_rng(3)
     reps = 2000
-    hits = sum(not chi_square_gof({"a": n - int(k), "b": int(k)}, law).passed
-               for k in rng.binomial(n, delta, size=reps))
-    assert stats.binomtest(hits, reps, the_plan.power).pvalue > META_ALPHA
+    hits = sum(not chi_square_gof({"a": need - int(k), "b": int(k)}, law).passed
+               for k in rng.binomial(need, delta, size=reps))
+    assert stats.binomtest(hits, reps, statistics.support_power(need, delta)).pvalue > META_ALPHA
 
 
 # --------------------------------------------------------------------------- two samples
