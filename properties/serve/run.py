@@ -403,6 +403,8 @@ def markdown(runs) -> str:
              "|" + " --- |" * (len(families) + 7)]
     from properties.report.grid import cell
     trained = [r for r in runs if r.get("models") == "trained"]
+    if len(trained) == len(runs):
+        lines = []      # trained runs only: their own table below
     for r in runs:
         if r.get("models") == "trained":
             continue
@@ -414,8 +416,9 @@ def markdown(runs) -> str:
                      f" | {s.get('drafted', 0):g} / {s.get('accepted', 0):g} | "
                      f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
     if trained:
-        lines += ["", "The trained pair (`--models trained`: greedy requests on held-out prompts; "
-                      "acceptance = accepted / drafted tokens)", "",
+        title = ("The trained pair (`--models trained`: greedy requests on held-out prompts; "
+                 "acceptance = accepted / drafted tokens)")
+        lines += ([""] if lines else []) + [title, "",
                   "| engine | version | method | date | acceptance: engine | acceptance: exact |"
                   " tokens per target call | speed-up | verdict |", "|" + " --- |" * 9]
         for r in trained:
