@@ -319,9 +319,23 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if call.excinfo is not None and item_family(item) is not None:
-        cause = getattr(call.excinfo.value, "cause", None)
+        cause = _cause_of(call.excinfo.value)
         if cause:
             report.user_properties.append(("kit_cause", cause))
+
+
+def _cause_of(exc: BaseException) -> str | None:
+    """The kit's cause line of a failure, also inside an exception group: Hypothesis wraps a
+    failure that did not recur when replayed (a nondeterministic engine) in a FlakyFailure,
+    whose own message is only the repr of what it holds."""
+    cause = getattr(exc, "cause", None)
+    if cause:
+        return cause
+    for inner in getattr(exc, "exceptions", ()) or ():
+        cause = _cause_of(inner)
+        if cause:
+            return cause
+    return None
 
 
 class _Recorder:
