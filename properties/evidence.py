@@ -161,7 +161,8 @@ def _common(result) -> dict:
     finite = (lambda v: float(v) if math.isfinite(v) else None)
     return {"n": int(result.n), "statistic": finite(result.statistic), "df": int(result.df),
             "p_value": finite(result.p_value), "alpha": float(result.alpha),
-            "passed": bool(result.passed), "detectable": float(result.detectable)}
+            "passed": bool(result.passed), "detectable": float(result.detectable),
+            "test": getattr(result, "test", "chi-square")}
 
 
 def acceptance(case, analysis, tokens) -> None:

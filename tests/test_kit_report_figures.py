@@ -64,3 +64,18 @@ def test_nothing_is_recorded_without_a_report():
     assert not evidence.enabled
     statistics.chi_square_gof({0: 5, 1: 5}, {0: 0.5, 1: 0.5})
     assert evidence.take() == []
+
+
+def test_an_exact_two_group_check_is_named_and_its_power_is_the_plans(recording):
+    # a law whose rest expects < 5 at n: the check is the exact binomial test, not chi-square
+    law = {(0,): 1 - 1e-4, (1,): 5e-5, (2,): 3e-5, (3,): 2e-5}
+    the_plan = statistics.plan(list(law.values()), 0.12)
+    evidence.planned(the_plan)
+    assert the_plan.test == "binomial"
+    observed = Counter({(0,): the_plan.n})
+    statistics.chi_square_gof(observed, law)
+    (record,) = evidence.take()
+    assert record["test"] == "binomial"
+    assert page.power(record) == pytest.approx(the_plan.power)
+    html = page._distribution(record, 1)
+    assert "exact binomial test" in html and "χ² goodness of fit" not in html

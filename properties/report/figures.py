@@ -122,9 +122,14 @@ def distribution(record: dict) -> bytes:
 
 def title(record: dict) -> str:
     stat, p = record["statistic"], record["p_value"]
-    text = (f"χ² = {stat:.2f} on {record['df']} df, p = {p:.3g}, α = {record['alpha']:.0e}, "
-            f"n = {record['n']:,}" if stat is not None and p is not None else
-            f"n = {record['n']:,}")
+    exact = {"binomial": "exact binomial test", "fisher": "Fisher's exact test"}
+    if record.get("test") in exact and p is not None:
+        text = (f"{exact[record['test']]}, two groups, p = {p:.3g}, α = {record['alpha']:.0e}, "
+                f"n = {record['n']:,}")
+    else:
+        text = (f"χ² = {stat:.2f} on {record['df']} df, p = {p:.3g}, α = {record['alpha']:.0e}, "
+                f"n = {record['n']:,}" if stat is not None and p is not None else
+                f"n = {record['n']:,}")
     plan = record.get("plan")
     if plan and record.get("power") is not None:
         text += f"; power {record['power']:.3f} at TV {plan['delta']:g}"

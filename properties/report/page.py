@@ -86,6 +86,9 @@ def power(record: dict) -> float | None:
     plan = record.get("plan")
     if not plan or record["df"] < 1:
         return None
+    if record.get("test", "chi-square") != "chi-square":
+        # an exact test on two groups (binomial / Fisher): its plan computed the exact power
+        return float(plan["power"]) if plan["n"] == record["n"] else None
     from scipy import stats
     factor = 2 if record["kind"] == "two_sample" else 4
     crit = statistics.critical_value(record["df"], record["alpha"])
@@ -132,7 +135,12 @@ def reported_example(gofs: list, message: str = ""):
 def _distribution(record: dict, number: int, reported: bool = False) -> str:
     record = dict(record, power=power(record))
     two = record["kind"] == "two_sample"
-    what = ("two-sample χ² test of homogeneity: speculative outputs vs the engine's own sampler"
+    exact_test = {"binomial": "exact binomial test (two groups, the small one expecting < 5)",
+                  "fisher": "Fisher's exact test (two groups, the small one expecting < 5)"}
+    what = (exact_test[record["test"]] + (": speculative outputs vs the engine's own sampler"
+                                          if two else " against the exact law")
+            if record.get("test") in exact_test else
+            "two-sample χ² test of homogeneity: speculative outputs vs the engine's own sampler"
             if two else "χ² goodness of fit against the exact law")
     plan = record.get("plan")
     facts = [f"statistic {record['statistic']:.3f}" if record["statistic"] is not None else "",
