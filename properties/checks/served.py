@@ -285,18 +285,22 @@ def by_position(observed: Counter, law: dict) -> tuple[float, float] | None:
     return p_first, p_later
 
 
+def _where_words(p_first: float, p_later: float) -> str:
+    """The positions a law failure lies at, in the words known-failure entries match."""
+    first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
+    return {(True, False): "in the tokens after the first only",
+            (False, True): "in the first token only",
+            (False, False): "in the first token and in the tokens after it",
+            (True, True): "in the joint law only"}[first_ok, later_ok]
+
+
 def where_off(observed: Counter, law: dict) -> str:
     """The failure's pattern by position, in words fit for a cause line ("" for one token)."""
     split = by_position(observed, law)
     if not split:
         return ""
     p_first, p_later = split
-    first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
-    state = {(True, False): "in the tokens after the first only",
-             (False, True): "in the first token only",
-             (False, False): "in the first token and in the tokens after it",
-             (True, True): "in the joint law only"}[first_ok, later_ok]
-    return (f"{state} (the first token, sampled by the prefill, against its exact marginal: "
+    return (f"{_where_words(p_first, p_later)} (the first token, sampled by the prefill, against its exact marginal: "
             f"p = {p_first:.3g}; the tokens after it, verified under speculation, against their "
             f"exact laws given the first: p = {p_later:.3g})")
 
@@ -322,12 +326,7 @@ def where_off_two_sample(observed: Counter, base: Counter) -> str:
             stat, _, df, _ = chi2_contingency(rows, correction=False)
             total, dof = total + float(stat), dof + int(df)
     p_later = float(chi2.sf(total, dof)) if dof else 1.0
-    first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
-    state = {(True, False): "in the tokens after the first only",
-             (False, True): "in the first token only",
-             (False, False): "in the first token and in the tokens after it",
-             (True, True): "in the joint law only"}[first_ok, later_ok]
-    return (f"{state} (speculating vs baseline samples: the first tokens, p = {p_first:.3g}; the "
+    return (f"{_where_words(p_first, p_later)} (speculating vs baseline samples: the first tokens, p = {p_first:.3g}; the "
             f"tokens after them given the first, p = {p_later:.3g})")
 
 
