@@ -14,7 +14,9 @@ so no attention row is empty (an empty row would be NaN).
 The computation means what reference.model.Qwen3.forward means (RMSNorm in at least float32,
 per-head q/k norms, half-split rotary, grouped-query attention, SwiGLU), with fewer kernels:
 fused q/k/v and gate/up matmuls, one norm and one rotary for the q and k heads together, rotary
-factors looked up from a table. With float64 weights the logits agree with the reference's to
+factors looked up from a table. Every matmul goes through fast/small_m.py: on a CPU a product
+with at most 8 rows (a decode step, a verify of k + 1 <= 8 tokens) runs a kernel that reads the
+weights once for all rows and gives each row the result it would get alone. With float64 weights the logits agree with the reference's to
 rounding (tests/test_fast_forward.py).
 
 Nothing here reads a tensor's value on the host, so the whole function can be captured in a
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 
 from fast.cache import StaticCache
 from fast.rotary import apply_rotary, rotary_table
+from fast.small_m import linear
 from fast.weights import ModelWeights
 
 
@@ -89,7 +92,7 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     x = F.embedding(ids, weights.embed)                                  # [B, T, hidden]
     for index, layer in enumerate(weights.layers):
         h = rms_norm(x, layer.input_norm, s.eps)
-        qkv = F.linear(h, layer.qkv).view(B, T, H + 2 * KV, D)           # [B, T, H + 2 KV, D]
+        qkv = linear(h, layer.qkv).view(B, T, H + 2 * KV, D)             # [B, T, H + 2 KV, D]
         # q and k heads share one norm (per-head weights) and one rotary.
         qk = apply_rotary(rms_norm(qkv[:, :, :H + KV], layer.qk_norm, s.eps), cos, sin)
         q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV:]
@@ -99,10 +102,10 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
                                            enable_gqa=H != KV)           # [B, H, T, D]
         # Residual adds and the SwiGLU product in place: x, and the fused gate/up output, are
         # this call's own tensors, so no step allocates for them.
-        x.add_(F.linear(y.transpose(1, 2).reshape(B, T, H * D), layer.o))
+        x.add_(linear(y.transpose(1, 2).reshape(B, T, H * D), layer.o))
         h = rms_norm(x, layer.post_norm, s.eps)
-        gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-        x.add_(F.linear(F.silu(gate, inplace=True).mul_(up), layer.down))
+        gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
+        x.add_(linear(F.silu(gate, inplace=True).mul_(up), layer.down))
     if logits_at is None:
         return None
     if isinstance(logits_at, str):
@@ -112,4 +115,4 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
             raise ValueError(f"logits_at must be 'all', 'last', None or an index tensor, got {logits_at!r}")
     else:
         x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
-    return F.linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)
+    return linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)

@@ -1,0 +1,100 @@
+// y = x w^T for a float32 x of a few rows (M <= 8) on an x86-64 CPU with AVX2 and FMA.
+//
+// Why: a decode step feeds 1 token per row and a verify k + 1, so every matmul of a speculative
+// round has a handful of rows against a weight matrix that is read once. The BLAS this torch
+// calls is built for large M: at M = 5 it runs ~3x its M = 1 time (BENCHMARKS.md, issue 24), so
+// a verify costs ~3 decode steps instead of ~1. Here each weight vector is loaded once and used
+// against every row of x while it sits in a register, so M rows cost little more than one
+// until the FMA units, not the memory, are the limit.
+//
+// Batch invariance: y[m, n] is always the same sequence of operations, whatever M, whatever
+// other rows are in x and whichever block or thread computes it: 8 lane sums over k in steps
+// of 8 (one FMA each, k ascending), one fixed pairwise reduction of the 8 lanes, then the tail
+// k = 8 * floor(K / 8) .. K - 1 added in order with fmaf. So a row of a verify's logits is
+// bit for bit the row a decode step of the same token would give (tests/test_fast_small_m.py):
+// verification never disagrees with plain decoding by rounding alone. Compiled without
+// floating-point contraction, so the compiler fuses nothing on its own.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <cmath>
+
+namespace {
+
+// The 8 lanes of v summed in one fixed order: (0+4, 1+5, 2+6, 3+7), then pairs, then the last.
+inline float lane_sum(__m256 v) {
+    __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    __m128 one = _mm_add_ss(quarter, _mm_shuffle_ps(quarter, quarter, 1));
+    return _mm_cvtss_f32(one);
+}
+
+// Rows n0 .. n0 + R - 1 of w against all M rows of x: M * R accumulators in registers, each
+// weight vector loaded once per k step and used M times.
+template <int M, int R>
+inline void rows(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t n0) {
+    __m256 acc[M][R];
+    for (int m = 0; m < M; ++m)
+        for (int r = 0; r < R; ++r) acc[m][r] = _mm256_setzero_ps();
+    const int64_t body = K - K % 8;
+    for (int64_t k = 0; k < body; k += 8) {
+        __m256 wv[R];
+        for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + (n0 + r) * K + k);
+        for (int m = 0; m < M; ++m) {
+            const __m256 xv = _mm256_loadu_ps(x + m * K + k);
+            for (int r = 0; r < R; ++r) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
+        }
+    }
+    for (int m = 0; m < M; ++m)
+        for (int r = 0; r < R; ++r) {
+            float s = lane_sum(acc[m][r]);
+            for (int64_t k = body; k < K; ++k) s = std::fmaf(x[m * K + k], w[(n0 + r) * K + k], s);
+            y[m * N + n0 + r] = s;
+        }
+}
+
+// Rows [begin, end) of w, R at a time and one at a time for what is left. R keeps M * R
+// accumulators, R weight vectors and one x vector within the 16 ymm registers.
+template <int M>
+void block(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t begin,
+           int64_t end) {
+    constexpr int R = M <= 3 ? 4 : (M <= 6 ? 2 : 1);
+    int64_t n = begin;
+    for (; n + R <= end; n += R) rows<M, R>(x, w, y, K, N, n);
+    for (; n < end; ++n) rows<M, 1>(x, w, y, K, N, n);
+}
+
+using Block = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
+constexpr Block BLOCKS[8] = {block<1>, block<2>, block<3>, block<4>,
+                             block<5>, block<6>, block<7>, block<8>};
+
+// Rows of w per parallel task: a multiple of every R, and enough work to be worth a thread.
+constexpr int64_t GRAIN = 64;
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w) {
+    TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "small_m.linear: x and w must be on the CPU");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat,
+                "small_m.linear: x and w must be float32, got ", x.scalar_type(), " and ", w.scalar_type());
+    TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "small_m.linear: x must be [M, K] and w [N, K], got ",
+                x.sizes(), " and ", w.sizes());
+    TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "small_m.linear: x and w must be contiguous");
+    const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+    TORCH_CHECK(M >= 1 && M <= 8, "small_m.linear: x must have 1 to 8 rows, got M = ", M);
+    TORCH_CHECK(w.size(1) == K, "small_m.linear: x is [", M, ", ", K, "] but w is ", w.sizes());
+    auto y = torch::empty({M, N}, x.options());   // [M, N]
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    const Block run = BLOCKS[M - 1];
+    at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
+        run(xp, wp, yp, K, N, first * GRAIN, std::min(N, last * GRAIN));
+    });
+    return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("linear", &linear, "y = x w^T for float32 x [M <= 8, K], w [N, K] (AVX2 + FMA)");
+}

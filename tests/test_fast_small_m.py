@@ -1,0 +1,135 @@
+"""fast/small_m: the few-row matmul kernel computes F.linear, gives every row the result it gets
+alone, and steps aside (to F.linear) wherever it does not apply."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fast import small_m
+from fast.cache import StaticCache
+from fast.forward import forward, window_mask
+from fast.weights import model_weights
+from reference.model import random_model
+
+# On x86-64 with AVX2 the kernel must build (g++ is part of the set-up): a failed build is a
+# failure here, not a skip. Elsewhere it cannot run, and these tests say why.
+REASON = small_m.unsupported()
+needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"fast/small_m.cpp cannot run: {REASON}")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    module = small_m.kernel()
+    assert module is not None, f"fast/small_m.cpp did not build: {small_m._built.get('reason')}"
+    return module
+
+
+# K and N off every multiple the kernel blocks by (8 lanes, R rows of w, 64-row tasks) and on them
+SHAPES = [(8, 1), (7, 3), (128, 384), (130, 67), (96, 200), (383, 1153)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("K,N", SHAPES)
+@pytest.mark.parametrize("M", range(1, 9))
+def test_kernel_computes_the_product(kernel, K, N, M):
+    """Within float32 rounding of the float64 product, and no further from it than F.linear's
+    float32 result (plus one rounding step of the sum's size)."""
+    g = torch.Generator().manual_seed(K * 1000 + N * 10 + M)
+    x, w = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+    exact = F.linear(x.double(), w.double())
+    error = (kernel.linear(x, w).double() - exact).abs()
+    blas_error = (F.linear(x, w).double() - exact).abs()
+    scale = (x.double().abs() @ w.double().abs().T)          # the sum of |terms|: rounding's scale
+    assert (error <= K * 2.0 ** -24 * scale + 1e-30).all()
+    assert error.max() <= blas_error.max() + 2.0 ** -23 * scale.max()
+
+
+@needs_kernel
+@pytest.mark.parametrize("K,N", [(130, 67), (384, 1152), (64, 2048)])
+def test_each_row_is_what_it_is_alone(kernel, K, N):
+    """Batch invariance, bit for bit: row m of an M-row product equals the product of row m
+    alone, for every M and on one thread or two (the tasks split N differently)."""
+    g = torch.Generator().manual_seed(K + N)
+    x, w = torch.randn(8, K, generator=g), torch.randn(N, K, generator=g)
+    alone = torch.cat([kernel.linear(x[m:m + 1].contiguous(), w) for m in range(8)])   # [8, N]
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for M in range(1, 9):
+                assert torch.equal(kernel.linear(x[:M].contiguous(), w), alone[:M]), (threads, M)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_linear_falls_back_to_f_linear_where_the_kernel_does_not_apply():
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(40, 24, generator=g)
+    cases = {"9 rows": torch.randn(9, 24, generator=g),
+             "3 x 3 rows": torch.randn(3, 3, 24, generator=g),
+             "float64": torch.randn(2, 24, generator=g, dtype=torch.float64)}
+    for name, x in cases.items():
+        weight = w.to(x.dtype)
+        assert torch.equal(small_m.linear(x, weight), F.linear(x, weight)), name
+    x = torch.randn(2, 24, generator=g, requires_grad=True)   # autograd: F.linear's gradient
+    y = small_m.linear(x, w)
+    assert y.requires_grad and torch.equal(y, F.linear(x, w))
+    with small_m.enabled(False):
+        assert not small_m.is_enabled()
+        x = torch.randn(5, 24, generator=g)
+        assert torch.equal(small_m.linear(x, w), F.linear(x, w))
+    assert small_m.is_enabled()
+
+
+@needs_kernel
+def test_linear_runs_the_kernel_on_few_float32_rows(kernel):
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(1, 5, 32, generator=g), torch.randn(48, 32, generator=g)
+    y = small_m.linear(x, w)                                           # [1, 5, 48]
+    assert y.shape == (1, 5, 48)
+    assert torch.equal(y, kernel.linear(x.reshape(5, 32), w).view(1, 5, 48))
+    strided = torch.randn(5, 64, generator=g)[:, ::2]                  # not contiguous
+    assert torch.equal(small_m.linear(strided, w), kernel.linear(strided.contiguous(), w))
+
+
+@needs_kernel
+def test_kernel_refuses_bad_input_naming_it(kernel):
+    w = torch.randn(16, 8)
+    with pytest.raises(RuntimeError, match="1 to 8 rows, got M = 9"):
+        kernel.linear(torch.randn(9, 8), w)
+    with pytest.raises(RuntimeError, match="must be float32"):
+        kernel.linear(torch.randn(2, 8, dtype=torch.float64), w)
+    with pytest.raises(RuntimeError, match=r"x is \[2, 7\] but w is"):
+        kernel.linear(torch.randn(2, 7), w)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        kernel.linear(torch.randn(2, 16)[:, ::2], w)
+    with pytest.raises(TypeError, match="on must be True or False, got 1"):
+        with small_m.enabled(1):
+            pass
+
+
+@needs_kernel
+def test_a_verify_row_gives_the_logits_of_decode_steps(kernel):
+    """In the fast forward (float32), the logits a verify of 5 tokens gives at each position
+    are within rounding of those of 5 decode steps; the matmuls' part of them is exact (the
+    test above), so what is left is attention's and the norms' rounding."""
+    model = random_model("tiny", seed=3)
+    weights = model_weights(model)
+    s = weights.shape
+
+    def run(blocks):
+        cache = StaticCache(s.num_layers, 1, s.num_kv_heads, s.head_dim, 32, weights.dtype, "cpu")
+        out, at = [], 0
+        for block in blocks:
+            ids = torch.tensor([block])
+            T = len(block)
+            slots = at + torch.arange(T)[None]
+            mask = window_mask(torch.tensor([at]), torch.ones(T, T, dtype=torch.bool).tril(), at + T)
+            out.append(forward(weights, cache, ids, slots, slots, mask, at + T)[0])
+            at += T
+        return torch.cat(out)                                          # [tokens, V]
+
+    prompt, tokens = list(range(3, 12)), [5, 9, 1, 30, 17]
+    verify = run([prompt, tokens])[len(prompt):]
+    steps = run([prompt] + [[t] for t in tokens])[len(prompt):]
+    assert (verify - steps).abs().max() < 1e-5
