@@ -94,7 +94,3 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w) {
     });
     return y;
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("linear", &linear, "y = x w^T for float32 x [M <= 8, K], w [N, K] (AVX2 + FMA)");
-}

@@ -18,6 +18,7 @@ distributed exactly as the target's.
 
 import torch
 
+from fast import native
 from fast.sampling import draw
 
 
@@ -41,7 +42,24 @@ def rejection_sample(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor,
     q [B, k, V]: the draft's distributions the proposals [B, k] were drawn from.
     u_accept [B, k], u_draw [B]: float64 uniforms in [0, 1).
     Returns (accepted [B], block [B, k+1]).
+
+    On a CPU this is fast/rejection.cpp, the same operations in one call (bit for bit the
+    same result, tests/test_fast_native.py); elsewhere, or without the kernel, the tensor
+    operations of `rejection_sample_ops`.
     """
+    if p.device.type == "cpu" and p.dtype == q.dtype == u_accept.dtype == u_draw.dtype == torch.float64:
+        module = native.kernel()
+        if module is not None:
+            accepted, block = module.rejection_sample(
+                p.contiguous(), q.contiguous(), proposals.contiguous(),
+                u_accept.contiguous(), u_draw.contiguous())
+            return accepted, block
+    return rejection_sample_ops(p, q, proposals, u_accept, u_draw)
+
+
+def rejection_sample_ops(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor,
+                         u_accept: torch.Tensor, u_draw: torch.Tensor):
+    """rejection_sample as tensor operations, vectorized over rows and positions."""
     B, k = proposals.shape
     index = proposals[:, :, None]                                        # [B, k, 1]
     p_x = p[:, :k].gather(2, index)[:, :, 0]                             # [B, k]

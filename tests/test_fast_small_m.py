@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fast import small_m
+from fast import native, small_m
 from fast.cache import StaticCache
 from fast.forward import forward, window_mask
 from fast.weights import model_weights
@@ -13,14 +13,14 @@ from reference.model import random_model
 
 # On x86-64 with AVX2 the kernel must build (g++ is part of the set-up): a failed build is a
 # failure here, not a skip. Elsewhere it cannot run, and these tests say why.
-REASON = small_m.unsupported()
+REASON = native.unsupported()
 needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"fast/small_m.cpp cannot run: {REASON}")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = small_m.kernel()
-    assert module is not None, f"fast/small_m.cpp did not build: {small_m._built.get('reason')}"
+    module = native.kernel()
+    assert module is not None, f"fast/native.py did not build: {native.failure()}"
     return module
 
 

@@ -1,0 +1,69 @@
+"""The fast engine's CPU kernels, compiled on first use: fast/small_m.cpp (matmuls with few
+rows) and fast/rejection.cpp (a round's speculative sampling decisions), bound in
+fast/native.cpp.
+
+Built with torch's C++ extension builder (g++ and torch's headers; about a minute once, then
+cached under torch's extensions folder, keyed on the sources and flags) on an x86-64 CPU with
+AVX2 and FMA. Where that is not the machine, or the build fails, `kernel()` is None after one
+warning saying why, and every caller uses its torch version (as with FAST_NATIVE=0 in the
+environment): the kernels make the engine
+faster, never different (each is tested equal to its torch version, tests/test_fast_native.py
+and tests/test_fast_small_m.py).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+SOURCES = [HERE / "native.cpp", HERE / "small_m.cpp", HERE / "rejection.cpp"]
+# No floating-point contraction: the kernels' FMAs are their own intrinsics, and nothing else
+# may be fused, or an operation order (which the tests hold to the bit) would be the compiler's.
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+
+_built: dict = {}
+_lock = threading.Lock()
+
+
+def unsupported() -> str | None:
+    """Why the kernels cannot run on this machine, or None when they can."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"the kernels are AVX2 code for x86-64; this machine is {platform.machine()}"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        return f"the CPU lacks AVX2 and FMA (torch reports capability {capability})"
+    return None
+
+
+def failure() -> str | None:
+    """Why `kernel()` is None (after it was called), or None."""
+    return _built.get("reason")
+
+
+def kernel():
+    """The compiled extension module, building it on first use; None if it cannot run here."""
+    with _lock:
+        if "module" not in _built:
+            _built["module"] = None
+            if os.environ.get("FAST_NATIVE", "1") == "0":
+                return None
+            reason = unsupported()
+            if reason is None:
+                try:
+                    from torch.utils.cpp_extension import load
+                    _built["module"] = load("fast_native", [str(s) for s in SOURCES],
+                                            extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                                            verbose=False)
+                except Exception as error:  # no compiler, no headers: the engine still runs
+                    reason = f"building {', '.join(s.name for s in SOURCES)} failed: {str(error).strip()[:500]}"
+            if reason is not None:
+                _built["reason"] = reason
+                warnings.warn(f"fast.native: using torch's operations instead of the CPU kernels "
+                              f"({reason})", RuntimeWarning, stacklevel=3)
+        return _built["module"]
