@@ -52,8 +52,12 @@ def enabled(on: bool):
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [..., K] @ w[N, K].T -> [..., N]; the kernel where it applies (module docstring)."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    # the kernel's whole contract, checked here so that it never has to refuse (an exception
+    # thrown out of an extension built by another compiler than torch's crashed the process
+    # on one machine): anything else is F.linear's, errors included
     if not (_state["on"] and 1 <= rows <= MAX_ROWS and x.dtype == torch.float32
             and w.dtype == torch.float32 and x.device.type == "cpu" and w.device.type == "cpu"
+            and w.dim() == 2 and w.shape[1] == x.shape[-1]
             and not x.requires_grad and not w.requires_grad):
         return F.linear(x, w)
     module = native.kernel()

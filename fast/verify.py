@@ -47,14 +47,39 @@ def rejection_sample(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor,
     same result, tests/test_fast_native.py); elsewhere, or without the kernel, the tensor
     operations of `rejection_sample_ops`.
     """
-    if p.device.type == "cpu" and p.dtype == q.dtype == u_accept.dtype == u_draw.dtype == torch.float64:
+    _check_shapes(p, q, proposals, u_accept, u_draw)
+    if _kernel_applies(p, q, proposals, u_accept, u_draw):
         module = native.kernel()
         if module is not None:
-            accepted, block = module.rejection_sample(
-                p.contiguous(), q.contiguous(), proposals.contiguous(),
-                u_accept.contiguous(), u_draw.contiguous())
+            answer = module.rejection_sample(p.contiguous(), q.contiguous(), proposals.contiguous(),
+                                             u_accept.contiguous(), u_draw.contiguous())
+            if len(answer) == 1:
+                row, position, token = answer[0].tolist()
+                raise ValueError(f"proposals[{row}, {position}] = {token} is not a token of a "
+                                 f"vocabulary of {p.shape[-1]}")
+            accepted, block = answer
             return accepted, block
     return rejection_sample_ops(p, q, proposals, u_accept, u_draw)
+
+
+def _check_shapes(p, q, proposals, u_accept, u_draw) -> None:
+    """ValueError naming the argument whose shape does not fit the others (no values read)."""
+    if proposals.dim() != 2 or proposals.shape[1] < 1:
+        raise ValueError(f"proposals must be [B, k] with k >= 1, got {tuple(proposals.shape)}")
+    (B, k), V = proposals.shape, p.shape[-1]
+    for name, tensor, shape in (("p", p, (B, k + 1, V)), ("q", q, (B, k, V)),
+                                ("u_accept", u_accept, (B, k)), ("u_draw", u_draw, (B,))):
+        if tuple(tensor.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)} for proposals {list(proposals.shape)} "
+                             f"and p's vocabulary of {V}, got {list(tensor.shape)}")
+
+
+def _kernel_applies(p, q, proposals, u_accept, u_draw) -> bool:
+    """The CPU kernel's contract beyond the shapes, checked here so that it never has to
+    refuse (anything else goes to the tensor operations)."""
+    return (all(t.device.type == "cpu" for t in (p, q, proposals, u_accept, u_draw))
+            and p.dtype == q.dtype == u_accept.dtype == u_draw.dtype == torch.float64
+            and proposals.dtype == torch.long)
 
 
 def rejection_sample_ops(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor,

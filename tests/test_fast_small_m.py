@@ -92,17 +92,15 @@ def test_linear_runs_the_kernel_on_few_float32_rows(kernel):
     assert torch.equal(small_m.linear(strided, w), kernel.linear(strided.contiguous(), w))
 
 
-@needs_kernel
-def test_kernel_refuses_bad_input_naming_it(kernel):
+def test_bad_input_gets_f_linears_error_never_the_kernel():
+    """The wrapper checks the kernel's whole contract itself, so the kernel never refuses
+    (an exception thrown out of the extension crashed the process on a machine whose g++ was
+    newer than torch's build); a mismatched shape gets F.linear's own error."""
     w = torch.randn(16, 8)
-    with pytest.raises(RuntimeError, match="1 to 8 rows, got M = 9"):
-        kernel.linear(torch.randn(9, 8), w)
-    with pytest.raises(RuntimeError, match="must be float32"):
-        kernel.linear(torch.randn(2, 8, dtype=torch.float64), w)
-    with pytest.raises(RuntimeError, match=r"x is \[2, 7\] but w is"):
-        kernel.linear(torch.randn(2, 7), w)
-    with pytest.raises(RuntimeError, match="contiguous"):
-        kernel.linear(torch.randn(2, 16)[:, ::2], w)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        small_m.linear(torch.randn(2, 7), w)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        small_m.linear(torch.randn(2, 8), torch.randn(16, 7))
     with pytest.raises(TypeError, match="on must be True or False, got 1"):
         with small_m.enabled(1):
             pass
