@@ -159,6 +159,9 @@ def test_perfect_draft_counters():
     with FakeServer("partial_accept") as fake:
         with pytest.raises(PropertyFailure, match="accepted at rate 1"):
             checks.check_perfect_draft(served(fake), GREEDY)
+    assert checks.count_direction(8, [12]) == "fewer than"      # the last round left out
+    assert checks.count_direction(16, [12, 14]) == "more than"
+    assert checks.count_direction(13, [12, 14]) == "not"
 
 
 def test_counter_failures_name_their_direction():
