@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test test-extra bench models clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
+.PHONY: conformance conformance-others test test-extra bench gpu-check models clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -84,6 +84,12 @@ calibration: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pytest --benchmark-only fast/ $(PYTEST_ARGS)
+
+# On a machine with a CUDA device and a CUDA build of torch in $(VENV): the CUDA-graph tests, the
+# kit's graph-replay property, the CPU kernels' tests and the GPU benchmarks (c) and (f), logs and
+# JSON under gpu-out/ (about 5 minutes on an H200; BENCHMARKS.md "GPU targets")
+gpu-check: $(STAMP)
+	PYTHON=$(PY) bash fast/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache .benchmarks runs
