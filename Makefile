@@ -166,7 +166,8 @@ ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:n
 	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
 	transformers:prompt-lookup \
 	openvino:draft-early-exit openvino:draft-random openvino:perfect-draft openvino:prompt-lookup \
-	openvino:draft-early-exit-no-prefix-caching openvino:prompt-lookup-no-prefix-caching \
+	openvino:draft-early-exit-no-prefix-caching openvino:draft-random-no-prefix-caching \
+	openvino:perfect-draft-no-prefix-caching openvino:prompt-lookup-no-prefix-caching \
 	onnxruntime-genai:draft-early-exit onnxruntime-genai:draft-random \
 	onnxruntime-genai:perfect-draft onnxruntime-genai:ngram
 engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai
