@@ -19,6 +19,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 namespace {
 
@@ -33,7 +35,8 @@ inline float lane_sum(__m256 v) {
 // Rows n0 .. n0 + R - 1 of w against all M rows of x: M * R accumulators in registers, each
 // weight vector loaded once per k step and used M times.
 template <int M, int R>
-inline void rows(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t n0) {
+inline void rows(const float* x, int64_t ldx, const float* w, float* y, int64_t K, int64_t N,
+                 int64_t n0) {
     __m256 acc[M][R];
     for (int m = 0; m < M; ++m)
         for (int r = 0; r < R; ++r) acc[m][r] = _mm256_setzero_ps();
@@ -42,14 +45,14 @@ inline void rows(const float* x, const float* w, float* y, int64_t K, int64_t N,
         __m256 wv[R];
         for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + (n0 + r) * K + k);
         for (int m = 0; m < M; ++m) {
-            const __m256 xv = _mm256_loadu_ps(x + m * K + k);
+            const __m256 xv = _mm256_loadu_ps(x + m * ldx + k);
             for (int r = 0; r < R; ++r) acc[m][r] = _mm256_fmadd_ps(xv, wv[r], acc[m][r]);
         }
     }
     for (int m = 0; m < M; ++m)
         for (int r = 0; r < R; ++r) {
             float s = lane_sum(acc[m][r]);
-            for (int64_t k = body; k < K; ++k) s = std::fmaf(x[m * K + k], w[(n0 + r) * K + k], s);
+            for (int64_t k = body; k < K; ++k) s = std::fmaf(x[m * ldx + k], w[(n0 + r) * K + k], s);
             y[m * N + n0 + r] = s;
         }
 }
@@ -57,15 +60,16 @@ inline void rows(const float* x, const float* w, float* y, int64_t K, int64_t N,
 // Rows [begin, end) of w, R at a time and one at a time for what is left. R keeps M * R
 // accumulators, R weight vectors and one x vector within the 16 ymm registers.
 template <int M>
-void block(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t begin,
-           int64_t end) {
+void block(const float* x, int64_t ldx, const float* w, float* y, int64_t K, int64_t N,
+           int64_t begin, int64_t end) {
     constexpr int R = M <= 3 ? 4 : (M <= 6 ? 2 : 1);
     int64_t n = begin;
-    for (; n + R <= end; n += R) rows<M, R>(x, w, y, K, N, n);
-    for (; n < end; ++n) rows<M, 1>(x, w, y, K, N, n);
+    for (; n + R <= end; n += R) rows<M, R>(x, ldx, w, y, K, N, n);
+    for (; n < end; ++n) rows<M, 1>(x, ldx, w, y, K, N, n);
 }
 
-using Block = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t);
+using Block = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
+                       int64_t);
 constexpr Block BLOCKS[8] = {block<1>, block<2>, block<3>, block<4>,
                              block<5>, block<6>, block<7>, block<8>};
 
@@ -74,23 +78,48 @@ constexpr int64_t GRAIN = 64;
 
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w) {
-    TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "small_m.linear: x and w must be on the CPU");
-    TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat,
-                "small_m.linear: x and w must be float32, got ", x.scalar_type(), " and ", w.scalar_type());
-    TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "small_m.linear: x must be [M, K] and w [N, K], got ",
-                x.sizes(), " and ", w.sizes());
-    TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "small_m.linear: x and w must be contiguous");
-    const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-    TORCH_CHECK(M >= 1 && M <= 8, "small_m.linear: x must have 1 to 8 rows, got M = ", M);
-    TORCH_CHECK(w.size(1) == K, "small_m.linear: x is [", M, ", ", K, "] but w is ", w.sizes());
-    auto y = torch::empty({M, N}, x.options());   // [M, N]
+// x [..., K] @ w[N, K]^T -> [..., N], or nothing where the kernel does not apply: more than 8
+// rows, not float32 on the CPU, a gradient wanted, w not a contiguous [N, K], x's rows not one
+// uniform stride apart with contiguous entries (a strided view such as a chunk of a fused output
+// is read in place). The caller (fast/small_m.py) then uses F.linear. Nothing here throws: an
+// exception out of an extension built by another compiler than torch's crashed the process on
+// one machine (g++ 13 against torch 2.11), and the checks cost less here than in Python.
+std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor& w) {
+    if (!x.defined() || !w.defined() || !x.device().is_cpu() || !w.device().is_cpu() ||
+        x.scalar_type() != torch::kFloat || w.scalar_type() != torch::kFloat ||
+        x.requires_grad() || w.requires_grad() || x.dim() < 1 || w.dim() != 2 ||
+        !w.is_contiguous())
+        return std::nullopt;
+    const int64_t K = x.size(-1), N = w.size(0);
+    if (K < 1 || N < 1 || w.size(1) != K || x.stride(-1) != 1) return std::nullopt;
+    const int64_t M = x.numel() / K;
+    if (M < 1 || M > 8) return std::nullopt;
+    // rows: every index but the last, collapsed; uniform stride ldx between consecutive rows
+    int64_t ldx = K;
+    if (x.dim() >= 2 && M > 1) {
+        int64_t inner = -1;          // the stride of the innermost non-trivial row dimension
+        int64_t span = 1;            // rows covered by the dimensions inside the current one
+        for (int64_t d = x.dim() - 2; d >= 0; --d) {
+            if (x.size(d) == 1) continue;
+            if (inner < 0) {
+                inner = x.stride(d);
+            } else if (x.stride(d) != inner * span) {
+                return std::nullopt;
+            }
+            span *= x.size(d);
+        }
+        ldx = inner;
+        if (ldx < K) return std::nullopt;      // overlapping rows: not a matrix
+    }
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = N;
+    auto y = torch::empty(shape, x.options());   // [..., N], rows contiguous
     const float* xp = x.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
     float* yp = y.data_ptr<float>();
     const Block run = BLOCKS[M - 1];
     at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
-        run(xp, wp, yp, K, N, first * GRAIN, std::min(N, last * GRAIN));
+        run(xp, ldx, wp, yp, K, N, first * GRAIN, std::min(N, last * GRAIN));
     });
     return y;
 }

@@ -88,8 +88,28 @@ def test_linear_runs_the_kernel_on_few_float32_rows(kernel):
     y = small_m.linear(x, w)                                           # [1, 5, 48]
     assert y.shape == (1, 5, 48)
     assert torch.equal(y, kernel.linear(x.reshape(5, 32), w).view(1, 5, 48))
-    strided = torch.randn(5, 64, generator=g)[:, ::2]                  # not contiguous
-    assert torch.equal(small_m.linear(strided, w), kernel.linear(strided.contiguous(), w))
+    # rows a uniform stride apart (a chunk of a fused output, as the SwiGLU product is) are
+    # read in place: bit for bit the product of their contiguous copy
+    for view in (torch.randn(5, 96, generator=g)[:, 32:64],
+                 torch.randn(2, 3, 80, generator=g)[:, :, 8:40],
+                 torch.randn(4, 1, 2, 32, generator=g)):
+        assert torch.equal(small_m.linear(view, w), kernel.linear(view.contiguous(), w))
+    # anything else is F.linear's: strided entries, rows not one stride apart
+    for view in (torch.randn(5, 64, generator=g)[:, ::2], torch.randn(2, 4, 32, generator=g)[:, :2]):
+        assert kernel.linear(view, w) is None
+        assert torch.equal(small_m.linear(view, w), F.linear(view, w))
+
+
+@needs_kernel
+def test_kernel_answers_none_where_it_does_not_apply(kernel):
+    """Its contract is checked in C++ and answered with None (never an exception)."""
+    w = torch.randn(16, 8)
+    cases = {"9 rows": (torch.randn(9, 8), w), "float64": (torch.randn(2, 8).double(), w.double()),
+             "K mismatch": (torch.randn(2, 7), w), "w not contiguous": (torch.randn(2, 8), w.T.contiguous().T),
+             "w 3-D": (torch.randn(2, 8), w[None]), "gradient": (torch.randn(2, 8, requires_grad=True), w),
+             "no rows": (torch.randn(0, 8), w)}
+    for name, (x, weight) in cases.items():
+        assert kernel.linear(x, weight) is None, name
 
 
 def test_bad_input_gets_f_linears_error_never_the_kernel():
