@@ -162,6 +162,10 @@ engine-onnxruntime-genai: $(ORTGENAI_STAMP)
 
 # The kit on every engine and method that runs here; results in $(RESULTS) and its .md table,
 # each run's report page in its run directory, and the matrix linking them (runs/engines.html).
+# ENGINE_TIME_LIMIT=SECONDS: start no test of a run after that many seconds of its tests (the run
+# then ends INCOMPLETE, or NOT CONFORMANT on what it reached, saying how far it got); none by
+# default. OpenVINO's default-setting runs take over 25 minutes each here.
+ENGINE_TIME_LIMIT ?=
 ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
 	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
 	transformers:prompt-lookup \
@@ -174,7 +178,8 @@ engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime
 	@status=0; for run in $(ENGINE_RUNS); do \
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
-			--known-failures properties/known/$$engine.txt || status=1; \
+			--known-failures properties/known/$$engine.txt \
+			$(if $(ENGINE_TIME_LIMIT),--time-limit $(ENGINE_TIME_LIMIT)) || status=1; \
 	done; cat $(basename $(RESULTS)).md; \
 	$(PY) -m properties.report grid $(RESULTS) || status=1; exit $$status
 

@@ -95,12 +95,25 @@ def test_signature_is_the_first_exception_without_numbers():
     assert signature(relayed) == "RuntimeError: CPU Generator does not use offset"
 
 
-def kit_run(tmp_path, method, families):
+def kit_run(tmp_path, method, families, *more):
     """`python -m properties.serve run fake METHOD` in a process of its own, as a user runs it."""
     done = subprocess.run([sys.executable, "-m", "properties.serve", "run", "fake", method,
-                           "--run-dir", str(tmp_path), "--no-speed", "--families", families],
-                          capture_output=True, text=True, timeout=600, cwd=run.ROOT)
+                           "--run-dir", str(tmp_path), "--no-speed", "--families", families,
+                           *more], capture_output=True, text=True, timeout=600, cwd=run.ROOT)
     return done, json.loads((tmp_path / "result.json").read_text())
+
+
+def test_a_time_limit_stops_the_run_incomplete_never_conformant(tmp_path):
+    """A correct fake that would be CONFORMANT, with a time limit shorter than its tests: no
+    test starts after the limit, and the run is INCOMPLETE, saying how far it got."""
+    done, record = kit_run(tmp_path, "perfect-draft", "served_bounds,served_perfect_draft",
+                           "--time-limit", "0.001")
+    assert (record["verdict"], done.returncode) == ("INCOMPLETE", 2), done.stdout[-3000:]
+    limit = record["time_limit"]
+    assert limit["seconds"] == 0.001 and 1 <= limit["reached"] < limit["planned"]
+    assert f"{limit['reached']} of {limit['planned']} tests reached" in record["verdict_text"]
+    assert "time limit of 0.001 s reached after" in done.stdout
+    assert run.run("fake", "perfect-draft", time_limit=0, say=lambda text: None).exit == 3
 
 
 def test_the_run_finds_the_death_restarts_and_goes_on(tmp_path):

@@ -46,6 +46,10 @@ def main(argv=None) -> int:
                     help="kit: the kit's models and its served families; trained: the committed "
                          "trained pair, checked on greedy output and exact acceptance, with the "
                          "speed-up (properties/serve/trained.py)")
+    go.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                    help="start no test after SECONDS of tests: the run ends with the tests "
+                         "reached, INCOMPLETE (or NOT CONFORMANT on what was reached), and says "
+                         "how many of how many it reached")
     go.add_argument("--port", type=int, default=None,
                     help="port of the speculating server (default: a free one)")
     go.add_argument("--baseline-port", type=int, default=None,

@@ -106,13 +106,29 @@ class Launcher:
     server that died before the next test, saying so, and takes the kit's summary when the
     session ends (`summary`)."""
 
-    def __init__(self, engine, method, spec: Server, base: Server, say):
+    def __init__(self, engine, method, spec: Server, base: Server, say,
+                 time_limit: float | None = None):
         self.engine, self.method = engine, method
         self.spec, self.base = spec, base
         self.servers = {spec.url: spec, base.url: base}     # url -> Server
         self.say = say
         self.restarts = []
         self.summary = None             # the kit's conformance summary, once the session ends
+        # --time-limit: no test starts after the deadline; the tests not reached leave the
+        # run INCOMPLETE (or NOT CONFORMANT on what was reached), never CONFORMANT
+        self.deadline = None if time_limit is None else time.monotonic() + time_limit
+        self.time_limit, self.stopped_by_limit = time_limit, False
+
+    def pytest_sessionstart(self, session):
+        self.session = session
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        if self.deadline is not None and time.monotonic() > self.deadline and not self.stopped_by_limit:
+            self.stopped_by_limit = True
+            self.session.shouldstop = (f"the run's time limit ({self.time_limit:g} s) was reached "
+                                       f"after {nodeid}")
+            self._say(f"[kit] time limit of {self.time_limit:g} s reached after {nodeid}: no "
+                      f"further test starts; the tests not reached leave the run incomplete")
 
     def served(self) -> dict:
         """The served plugin's settings (properties.plugin.served.options), from the engine."""
@@ -202,7 +218,11 @@ def _pytest_args(spec_url, run_dir, families, extra):
 def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         families: str = SERVED_FAMILIES, allow_unvalidated: bool = False,
         measure_speed: bool = True, pytest_args=(), say=print, port: int | None = None,
-        baseline_port: int | None = None, models: str = "kit") -> Outcome:
+        baseline_port: int | None = None, models: str = "kit",
+        time_limit: float | None = None) -> Outcome:
+    if time_limit is not None and not time_limit > 0:
+        say(f"error: time_limit={time_limit!r}: give a number of seconds > 0")
+        return Outcome("SETUP", f"time_limit={time_limit!r}", 3)
     try:
         engine = engines.get(engine_name)
         method = engine.method(method_name)
@@ -270,7 +290,7 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
                                                  measure_speed))
             record.update(verdict=outcome.verdict, verdict_text=outcome.text)
         else:
-            launcher = Launcher(engine, method, spec, base, say)
+            launcher = Launcher(engine, method, spec, base, say, time_limit)
             deaths.REGISTRY.deaths.clear()
             import pytest
             code = pytest.main(_pytest_args(spec.url, run_dir, families, pytest_args),
@@ -289,6 +309,12 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
             if measure_speed:
                 record["speed"] = speed.measure(engine, spec, base, say=say, method=method)
             outcome = judge(summary, known, known_path is not None, speculation)
+            if launcher.stopped_by_limit:
+                reached, planned = _reached(summary)
+                record["time_limit"] = {"seconds": time_limit, "reached": reached,
+                                        "planned": planned}
+                outcome.text += (f" (stopped by its time limit of {time_limit:g} s: {reached} of "
+                                 f"{planned} tests reached)")
             record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                           summary=_families(summary), restarts=launcher.restarts,
                           deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
@@ -315,6 +341,12 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
     _print_outcome(record, outcome, say)
     outcome.summary = record
     return outcome
+
+
+def _reached(summary: dict) -> tuple[int, int]:
+    """(tests that reported an outcome, tests planned) over the run's families."""
+    entries = summary["families"].values()
+    return sum(len(e.get("tests", {})) for e in entries), sum(e["planned"] for e in entries)
 
 
 def _interrupt(signum, frame):
@@ -379,7 +411,8 @@ def main(args) -> int:
                   families=args.families, allow_unvalidated=args.allow_unvalidated,
                   measure_speed=not args.no_speed, pytest_args=args.pytest_args,
                   port=args.port, baseline_port=args.baseline_port,
-                  models=getattr(args, "models", "kit"))
+                  models=getattr(args, "models", "kit"),
+                  time_limit=getattr(args, "time_limit", None))
     if args.results and outcome.summary.get("engine"):   # a run refused before it began: none
         results_append(args.results, outcome.summary)
     return outcome.exit
