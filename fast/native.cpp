@@ -1,14 +1,11 @@
-// The fast engine's CPU kernels as one extension module (fast/native.py builds it).
+// The fast engine's CPU kernels as one extension module (fast/native.py builds it). One
+// translation unit: torch's headers cost most of a build, so the kernels' files are included
+// here rather than compiled one by one (about half the first-use build time).
 #include <torch/extension.h>
 #include <pybind11/stl.h>
-#include <optional>
-#include <vector>
 
-std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor& w);    // small_m.cpp
-std::vector<torch::Tensor> rejection_sample(const torch::Tensor& p, const torch::Tensor& q,
-                                            const torch::Tensor& proposals,
-                                            const torch::Tensor& u_accept,
-                                            const torch::Tensor& u_draw);              // rejection.cpp
+#include "small_m.cpp"      // linear
+#include "rejection.cpp"    // rejection_sample
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("linear", &linear, "x [..., K] @ w[N, K]^T for at most 8 float32 rows (AVX2 + FMA), or "

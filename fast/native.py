@@ -2,7 +2,7 @@
 rows) and fast/rejection.cpp (a round's speculative sampling decisions), bound in
 fast/native.cpp.
 
-Built with torch's C++ extension builder (g++ and torch's headers; about a minute once, then
+Built with torch's C++ extension builder (g++ and torch's headers; 30-40 s once on 2 cores, then
 cached under torch's extensions folder, keyed on the sources and flags) on an x86-64 CPU with
 AVX2 and FMA. Where that is not the machine, or the build fails, `kernel()` is None after one
 warning saying why, and every caller uses its torch version (as with FAST_NATIVE=0 in the
@@ -13,6 +13,7 @@ and tests/test_fast_small_m.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import threading
@@ -22,7 +23,10 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent
-SOURCES = [HERE / "native.cpp", HERE / "small_m.cpp", HERE / "rejection.cpp"]
+# native.cpp includes the kernels' files (one translation unit); they are listed as well so
+# that a change to any of them gives the build a new version
+SOURCES = [HERE / "native.cpp"]
+INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp"]
 # No floating-point contraction: the kernels' FMAs are their own intrinsics, and nothing else
 # may be fused, or an operation order (which the tests hold to the bit) would be the compiler's.
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
@@ -57,9 +61,12 @@ def kernel():
             if reason is None:
                 try:
                     from torch.utils.cpp_extension import load
+                    # the included files' digest among the flags: a change to any of them
+                    # is a new build, as a change to native.cpp itself is
+                    digest = hashlib.sha256(b"".join(f.read_bytes() for f in INCLUDED)).hexdigest()
                     _built["module"] = load("fast_native", [str(s) for s in SOURCES],
-                                            extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-                                            verbose=False)
+                                            extra_cflags=CFLAGS + [f"-DFAST_NATIVE_INCLUDED={digest[:16]}"],
+                                            extra_ldflags=["-fopenmp"], verbose=False)
                 except Exception as error:  # no compiler, no headers: the engine still runs
                     reason = f"building {', '.join(s.name for s in SOURCES)} failed: {str(error).strip()[:500]}"
             if reason is not None:
