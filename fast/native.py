@@ -6,9 +6,9 @@ Built with torch's C++ extension builder (g++ and torch's headers; 30-40 s once 
 cached under torch's extensions folder, keyed on the sources and flags) on an x86-64 CPU with
 AVX2 and FMA. Where that is not the machine, or the build fails, `kernel()` is None after one
 warning saying why, and every caller uses its torch version (as with FAST_NATIVE=0 in the
-environment): the kernels make the engine
-faster, never different (each is tested equal to its torch version, tests/test_fast_native.py
-and tests/test_fast_small_m.py).
+environment). The sampling kernel gives bit for bit what its tensor version gives
+(tests/test_fast_native.py); the matmul kernel is within float32 rounding of F.linear and
+batch invariant (tests/test_fast_small_m.py); the kit judges the engine with and without it.
 """
 
 from __future__ import annotations
