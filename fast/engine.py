@@ -86,6 +86,8 @@ class FastEngine:
         self.target = ModelRunner(self.target_weights, max_batch, max_cache_len, self.steps)
         if is_drafter(draft):
             self.drafter = draft
+            if hasattr(draft, "bind"):   # a drafter without a model (fast/lookup.py)
+                draft.bind(self.target_weights.shape.vocab_size, device)
         else:
             weights = model_weights(draft, "draft")
             if not same_device(weights.device, device):
