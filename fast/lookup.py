@@ -16,14 +16,18 @@ The drafter keeps its rows' committed tokens itself (`history` [B, width]), sinc
 tells a drafter only each row's newest token and its cache length: each round it first writes
 the block it proposed last round (the newest token then, and its k proposals) at the row's
 previous length; the new length says how many of them were committed, and the ones past it are
-never read (the lookup reads a row's first length + 1 entries only). No host synchronisation,
-no Python loop over rows: a round is a few tensor operations over [B, length] windows.
+never read (the lookup reads a row's first length + 1 entries only). The search itself is
+fast/lookup.cpp on a CPU (one call; the tensor operations were a quarter of a decode step of the
+trained target) and elsewhere tensor operations over [B, length] windows: no host
+synchronisation, no Python loop over rows. Both give the same proposals (tested).
 
     fast.batched_generate(target, fast.PromptLookup(3), prompts, 64, k=4)
 """
 
 import torch
 import torch.nn.functional as F
+
+from fast import native
 
 
 class PromptLookup:
@@ -36,6 +40,7 @@ class PromptLookup:
         self.vocab_size = None      # the target's, set by the engine (bind)
         self.history = None         # [B, width] committed tokens per row (and stale entries)
         self.pending = None         # (lengths [B], block [B, k+1]) proposed last round
+        self.use_kernel = True      # fast/lookup.cpp on a CPU (False: the tensor operations)
 
     def bind(self, vocab_size: int, device) -> None:
         """Called by the engine: proposals are tokens of the target's vocabulary."""
@@ -67,6 +72,27 @@ class PromptLookup:
             slots = before[:, None] + torch.arange(block.shape[1], device=block.device)  # [B, k+1]
             history[:B].scatter_(1, slots, block)
         history[at, lengths] = rows.last
+        proposals = self._search_kernel(history[:B], lengths, rows.last, k, bound)
+        if proposals is None:
+            proposals = self._search(history, lengths, rows.last, k, bound)
+        self.pending = (lengths.clone(), torch.cat([rows.last[:, None], proposals], 1))
+        if sampler.greedy:
+            return proposals, None
+        return proposals, F.one_hot(proposals, self.vocab_size).to(torch.float64)  # [B, k, V]
+
+    def _search_kernel(self, history, lengths, last, k: int, bound: int):
+        """fast/lookup.cpp on a CPU (the same search, one call), or None where it cannot run."""
+        if history.device.type != "cpu" or not self.use_kernel:
+            return None
+        module = native.kernel()
+        if module is None:
+            return None
+        return module.lookup(history, lengths.contiguous(), last.contiguous(), k, self.ngram, bound)
+
+    def _search(self, history, lengths, last, k: int, bound: int):
+        """The search as tensor operations: proposals [B, k] (see the module docstring)."""
+        B = lengths.shape[0]
+        at = torch.arange(B, device=lengths.device)
         n = lengths + 1                                                      # [B] context length
         span = history[:B, :bound]                                           # [B, S]
         source = torch.full((B,), -1, dtype=torch.long, device=lengths.device)  # first proposed slot
@@ -84,11 +110,7 @@ class PromptLookup:
         slots = source[:, None] + torch.arange(k, device=lengths.device)    # [B, k]
         inside = (source >= 0)[:, None] & (slots < n[:, None])
         found = history[at[:, None], slots.clamp(0, history.shape[1] - 1)]
-        proposals = torch.where(inside, found, rows.last[:, None])          # [B, k]
-        self.pending = (lengths.clone(), torch.cat([rows.last[:, None], proposals], 1))
-        if sampler.greedy:
-            return proposals, None
-        return proposals, F.one_hot(proposals, self.vocab_size).to(torch.float64)  # [B, k, V]
+        return torch.where(inside, found, last[:, None])                    # [B, k]
 
     def after_round(self, catch_up: bool) -> None:
         pass

@@ -6,10 +6,13 @@
 
 #include "small_m.cpp"      // linear
 #include "rejection.cpp"    // rejection_sample
+#include "lookup.cpp"       // lookup
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("linear", &linear, "x [..., K] @ w[N, K]^T for at most 8 float32 rows (AVX2 + FMA), or "
           "None where the kernel does not apply");
+    m.def("lookup", &lookup, "prompt lookup's proposals [B, k] (fast/lookup.py), or None where "
+          "the inputs are off its contract");
     m.def("rejection_sample", &rejection_sample,
           "(accepted [B], block [B, k+1]) of one speculative sampling round (fast/verify.py)");
 }

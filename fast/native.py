@@ -1,13 +1,13 @@
 """The fast engine's CPU kernels, compiled on first use: fast/small_m.cpp (matmuls with few
-rows) and fast/rejection.cpp (a round's speculative sampling decisions), bound in
-fast/native.cpp.
+rows), fast/rejection.cpp (a round's speculative sampling decisions) and fast/lookup.cpp
+(prompt lookup's search), bound in fast/native.cpp.
 
 Built with torch's C++ extension builder (g++ and torch's headers; 30-40 s once on 2 cores, then
 cached under torch's extensions folder, keyed on the sources and flags) on an x86-64 CPU with
 AVX2 and FMA. Where that is not the machine, or the build fails, `kernel()` is None after one
 warning saying why, and every caller uses its torch version (as with FAST_NATIVE=0 in the
-environment). The sampling kernel gives bit for bit what its tensor version gives
-(tests/test_fast_native.py); the matmul kernel is within float32 rounding of F.linear and
+environment). The sampling and lookup kernels give bit for bit what their tensor versions give
+(tests/test_fast_native.py, tests/test_fast_lookup.py); the matmul kernel is within float32 rounding of F.linear and
 batch invariant (tests/test_fast_small_m.py); the kit judges the engine with and without it.
 """
 
@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 # native.cpp includes the kernels' files (one translation unit); they are listed as well so
 # that a change to any of them gives the build a new version
 SOURCES = [HERE / "native.cpp"]
-INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp"]
+INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp", HERE / "lookup.cpp"]
 # No floating-point contraction: the kernels' FMAs are their own intrinsics, and nothing else
 # may be fused, or an operation order (which the tests hold to the bit) would be the compiler's.
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fast
+from fast import native
 from fast.testing import target_greedy
 from properties import statistics
 from reference.model import random_model
@@ -22,14 +23,22 @@ def expected_proposals(context, k, ngram):
     return found + [context[-1]] * (k - len(found))
 
 
+# the search in fast/lookup.cpp (on a CPU with the kernels) and as tensor operations
+SEARCHES = [True, False] if native.unsupported() is None else [False]
+
+
+@pytest.mark.parametrize("use_kernel", SEARCHES, ids=lambda on: "kernel" if on else "tensor-ops")
 @pytest.mark.parametrize("ngram,k", [(3, 4), (2, 3), (1, 5)])
-def test_proposals_are_the_reference_lookups_round_after_round(ngram, k):
+def test_proposals_are_the_reference_lookups_round_after_round(ngram, k, use_kernel):
     """Ragged rows over a small alphabet (many matches, of every n-gram size, and none), each
     round committing a random number of the proposals and a correction, as the engine does."""
     rng = random.Random(ngram * 10 + k)
     contexts = [[rng.randrange(4) for _ in range(n)] for n in (1, 2, 5, 9, 14)]
     B = len(contexts)
     drafter = fast.PromptLookup(ngram)
+    drafter.use_kernel = use_kernel
+    if use_kernel:
+        assert native.kernel() is not None, native.failure()
     drafter.bind(8, "cpu")
     width = max(map(len, contexts)) - 1
     ids = torch.zeros(B, width, dtype=torch.long)
@@ -95,6 +104,31 @@ def test_sampled_output_follows_the_targets_law(temperature, top_k, top_p):
     assert 0 < stats["accepted"] < stats["proposed"]          # both paths of the rule were taken
     result = statistics.chi_square_gof([tuple(o) for o in outputs], law)
     assert result.passed, (result.p_value, result.impossible, result.worst)
+
+
+@pytest.mark.skipif(native.unsupported() is not None, reason=f"no CPU kernels: {native.unsupported()}")
+def test_kernel_search_equals_the_tensor_search():
+    """On random histories over 3 symbols (every n-gram size matching somewhere, or nowhere),
+    every length up to the bound, k and ngram: the same proposals, and None off the contract."""
+    module = native.kernel()
+    assert module is not None, native.failure()
+    g = torch.Generator().manual_seed(4)
+    drafter = fast.PromptLookup(3)
+    for ngram in (1, 2, 3, 5):
+        drafter.ngram = ngram
+        for trial in range(40):
+            B, width = 6, 40
+            history = torch.randint(0, 3, (B, width), generator=g)
+            bound = int(torch.randint(2, width + 1, (1,), generator=g))
+            lengths = torch.randint(0, bound, (B,), generator=g)
+            last = torch.randint(0, 3, (B,), generator=g)
+            k = int(torch.randint(1, 6, (1,), generator=g))
+            got = module.lookup(history, lengths, last, k, ngram, bound)
+            assert torch.equal(got, drafter._search(history, lengths, last, k, bound)), (ngram, trial)
+    history, lengths, last = torch.zeros(2, 8, dtype=torch.long), torch.tensor([1, 7]), torch.tensor([0, 0])
+    assert module.lookup(history, lengths, last, 2, 3, 7) is None        # a length past the bound
+    assert module.lookup(history.int(), lengths, last, 2, 3, 8) is None  # int32
+    assert module.lookup(history, lengths, last, 0, 3, 8) is None        # k = 0
 
 
 def test_bad_ngram_is_refused_naming_it():
