@@ -10,10 +10,10 @@
 // Batch invariance: y[m, n] is always the same sequence of operations, whatever M, whatever
 // other rows are in x and whichever block or thread computes it: 8 lane sums over k in steps
 // of 8 (one FMA each, k ascending), one fixed pairwise reduction of the 8 lanes, then the tail
-// k = 8 * floor(K / 8) .. K - 1 added in order with fmaf. So a row of a verify's logits is
-// bit for bit the row a decode step of the same token would give (tests/test_fast_small_m.py):
-// verification never disagrees with plain decoding by rounding alone. Compiled without
-// floating-point contraction, so the compiler fuses nothing on its own.
+// k = 8 * floor(K / 8) .. K - 1 added in order with fmaf. So every matmul of a verify gives a
+// token's row bit for bit what a decode step of that token gives (tests/test_fast_small_m.py);
+// what still rounds differently between the two is attention over 1 vs k + 1 rows. Compiled
+// without floating-point contraction, so the compiler fuses nothing on its own.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
