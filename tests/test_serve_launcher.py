@@ -116,6 +116,16 @@ def test_a_time_limit_stops_the_run_incomplete_never_conformant(tmp_path):
     assert run.run("fake", "perfect-draft", time_limit=0, say=lambda text: None).exit == 3
 
 
+def test_a_run_stopped_by_its_limit_never_exits_0():
+    """Known failures alone exit 0, but not when tests were left unreached; new ones exit 1."""
+    known_only = run.Outcome("NOT CONFORMANT", "NOT CONFORMANT (all failures known: 2, ...)", 0)
+    stopped = run.limited(known_only, 900, 20, 26)
+    assert stopped.exit == 2 and stopped.text.endswith("(stopped by its time limit of 900 s: 20 "
+                                                       "of 26 tests reached)")
+    assert run.limited(run.Outcome("NOT CONFORMANT", "NOT CONFORMANT: 1 failure(s) not known", 1),
+                       900, 20, 26).exit == 1
+
+
 def test_the_run_finds_the_death_restarts_and_goes_on(tmp_path):
     done, record = kit_run(tmp_path, "die-on-top-k", "served_bounds")
     out = done.stdout.splitlines()

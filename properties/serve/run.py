@@ -20,7 +20,7 @@ import json
 import re
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from properties.report import collect
@@ -313,8 +313,7 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
                 reached, planned = _reached(summary)
                 record["time_limit"] = {"seconds": time_limit, "reached": reached,
                                         "planned": planned}
-                outcome.text += (f" (stopped by its time limit of {time_limit:g} s: {reached} of "
-                                 f"{planned} tests reached)")
+                outcome = limited(outcome, time_limit, reached, planned)
             record.update(verdict=outcome.verdict, verdict_text=outcome.text,
                           summary=_families(summary), restarts=launcher.restarts,
                           deaths=[d.as_dict() for d in deaths.REGISTRY.deaths],
@@ -341,6 +340,15 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
     _print_outcome(record, outcome, say)
     outcome.summary = record
     return outcome
+
+
+def limited(outcome: Outcome, seconds: float, reached: int, planned: int) -> Outcome:
+    """A run stopped by its time limit: the verdict says how far it got, and it never exits 0
+    (only failures not known exit 1; otherwise 2, as INCOMPLETE): with tests not reached,
+    "every failure is known" is not the whole answer."""
+    text = (f"{outcome.text} (stopped by its time limit of {seconds:g} s: {reached} of {planned} "
+            f"tests reached)")
+    return replace(outcome, text=text, exit=1 if outcome.exit == 1 else 2)
 
 
 def _reached(summary: dict) -> tuple[int, int]:
