@@ -13,7 +13,7 @@ are random: a step's time does not depend on their values.
 Each shape reports verify / decode and draft / decode, and the bound they put on speculative /
 plain decoding if the pair were as well matched as the committed one (its small draft's greedy
 tokens per target call, from reference/trained/manifest.json):
-tokens per call / (verify + k draft). Untimed (the smoke run) each shape runs once: 1.4 s in all.
+tokens per call / (verify + k draft). Untimed (the smoke run) each shape runs once: about 2 s in all.
 """
 
 import json
