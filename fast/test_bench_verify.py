@@ -85,27 +85,28 @@ def ratio_to_loop(benchmark, figures, label, target=None):
         figures.ratio(benchmark, label, ratio, target, None if target is None else ratio >= 100)
 
 
-def test_b_vectorized(benchmark, figures, block):
+def time_against_loop(benchmark, figures, function, first, block, label, target=None):
+    """Time function(first, q, proposals, generator) and report loop / it under `label`."""
     benchmark.group = GROUP
-    _, p, q, proposals = block
-    accepted, _ = benchmark.pedantic(vectorized, args=(p, q, proposals, torch.Generator().manual_seed(0)),
-                                     rounds=200, iterations=5, warmup_rounds=10)
+    _, _, q, proposals = block
+    result = benchmark.pedantic(function, args=(first, q, proposals, torch.Generator().manual_seed(0)),
+                                rounds=200, iterations=5, warmup_rounds=10)
+    ratio_to_loop(benchmark, figures, label, target)
+    return result
+
+
+def test_b_vectorized(benchmark, figures, block):
+    accepted, _ = time_against_loop(benchmark, figures, vectorized, block[1], block,
+                                    "(b) loop of accept_or_correct / fast verify (CPU kernel), time",
+                                    ">= 100")  # issue 24
     benchmark.extra_info["mean_accepted"] = accepted.double().mean().item()
-    ratio_to_loop(benchmark, figures, "(b) loop of accept_or_correct / fast verify (CPU kernel), time",
-                  ">= 100")  # issue 24
 
 
 def test_b_vectorized_tensor_operations(benchmark, figures, block):
-    benchmark.group = GROUP
-    _, p, q, proposals = block
-    benchmark.pedantic(vectorized_ops, args=(p, q, proposals, torch.Generator().manual_seed(0)),
-                       rounds=200, iterations=5, warmup_rounds=10)
-    ratio_to_loop(benchmark, figures, "(b'') same loop / the tensor operations alone (no CPU kernel)")
+    time_against_loop(benchmark, figures, vectorized_ops, block[1], block,
+                      "(b'') same loop / the tensor operations alone (no CPU kernel)")
 
 
 def test_b_vectorized_from_logits(benchmark, figures, block):
-    benchmark.group = GROUP
-    target_logits, _, q, proposals = block
-    benchmark.pedantic(from_logits, args=(target_logits, q, proposals, torch.Generator().manual_seed(0)),
-                       rounds=200, iterations=5, warmup_rounds=10)
-    ratio_to_loop(benchmark, figures, "(b') same loop / vectorized incl. float64 softmax, time")
+    time_against_loop(benchmark, figures, from_logits, block[0], block,
+                      "(b') same loop / vectorized incl. float64 softmax, time")

@@ -15,3 +15,17 @@ def _fast_engine_tests_on_one_thread(request):
             yield
     else:
         yield
+
+
+@pytest.fixture(scope="session")
+def native_kernel():
+    """fast/native.py's compiled CPU kernels. Where they cannot run (not x86-64 with AVX2) the
+    test is skipped, saying why; where they can, a failed build is a failure, not a skip (g++
+    is part of the set-up)."""
+    from fast import native
+    reason = native.unsupported()
+    if reason is not None:
+        pytest.skip(f"the CPU kernels cannot run here: {reason}")
+    module = native.kernel()
+    assert module is not None, f"fast/native.py did not build: {native.failure()}"
+    return module

@@ -5,18 +5,7 @@ refuses bad input naming it."""
 import pytest
 import torch
 
-from fast import native
 from fast.verify import rejection_sample, rejection_sample_ops
-
-REASON = native.unsupported()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"the CPU kernels cannot run: {REASON}")
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    module = native.kernel()
-    assert module is not None, f"fast/native.py did not build: {native.failure()}"
-    return module
 
 
 def laws(g, shape, zeros: float):
@@ -50,9 +39,9 @@ def round_inputs(case: str, seed: int):
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("seed", range(6))
-def test_kernel_equals_the_tensor_operations(kernel, case, seed):
+def test_kernel_equals_the_tensor_operations(native_kernel, case, seed):
     p, q, proposals, u_accept, u_draw = round_inputs(case, seed)
-    accepted, block = kernel.rejection_sample(p, q, proposals, u_accept, u_draw)
+    accepted, block = native_kernel.rejection_sample(p, q, proposals, u_accept, u_draw)
     want_accepted, want_block = rejection_sample_ops(p, q, proposals, u_accept, u_draw)
     assert torch.equal(accepted, want_accepted)
     assert torch.equal(block, want_block)
@@ -61,7 +50,7 @@ def test_kernel_equals_the_tensor_operations(kernel, case, seed):
                                                  (want_accepted, want_block)))
 
 
-def test_every_accepted_count_is_met(kernel):
+def test_every_accepted_count_is_met(native_kernel):
     """The cases above reach every count 0 .. k (so the bonus path and each rejection point
     were compared), else the comparison would not cover them."""
     seen = set()
@@ -69,11 +58,11 @@ def test_every_accepted_count_is_met(kernel):
         for seed in range(6):
             p, q, proposals, u_accept, u_draw = round_inputs(case, seed)
             if case != "wide":
-                seen |= set(kernel.rejection_sample(p, q, proposals, u_accept, u_draw)[0].tolist())
+                seen |= set(native_kernel.rejection_sample(p, q, proposals, u_accept, u_draw)[0].tolist())
     assert seen == set(range(5))
 
 
-def test_extreme_uniforms_stay_in_range(kernel):
+def test_extreme_uniforms_stay_in_range(native_kernel):
     """u_draw = 0 puts the level at the total (the last index with mass); a u just below 1
     at the first index with mass; u_accept = 0 accepts every proposal with p(x) > 0."""
     p, q, proposals, _, _ = round_inputs("sparse", 0)
@@ -81,13 +70,13 @@ def test_extreme_uniforms_stay_in_range(kernel):
     for u_a, u_d in [(0.0, 0.0), (0.0, 1 - 2 ** -53), (1 - 2 ** -53, 0.0)]:
         u_accept = torch.full((B, k), u_a, dtype=torch.float64)
         u_draw = torch.full((B,), u_d, dtype=torch.float64)
-        got = kernel.rejection_sample(p, q, proposals, u_accept, u_draw)
+        got = native_kernel.rejection_sample(p, q, proposals, u_accept, u_draw)
         want = rejection_sample_ops(p, q, proposals, u_accept, u_draw)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
         assert (got[1] >= 0).all() and (got[1] < p.shape[-1]).all()
 
 
-def test_bad_input_is_refused_naming_it_and_the_kernel_never_throws(kernel):
+def test_bad_input_is_refused_naming_it_and_the_kernel_never_throws(native_kernel):
     """A proposal outside the vocabulary comes back from the kernel as an answer and is raised
     by fast/verify.py naming it (an exception thrown out of the extension crashed the process
     on a machine whose g++ was newer than torch's build); shapes and dtypes off the kernel's
@@ -95,7 +84,7 @@ def test_bad_input_is_refused_naming_it_and_the_kernel_never_throws(kernel):
     p, q, proposals, u_accept, u_draw = round_inputs("random", 0)
     bad = proposals.clone()
     bad[2, 1] = 64
-    answer = kernel.rejection_sample(p, q, bad, u_accept, u_draw)
+    answer = native_kernel.rejection_sample(p, q, bad, u_accept, u_draw)
     assert len(answer) == 1 and answer[0].tolist() == [2, 1, 64]
     with pytest.raises(ValueError, match=r"proposals\[2, 1\] = 64 is not a token of a vocabulary of 64"):
         rejection_sample(p, q, bad, u_accept, u_draw)

@@ -5,59 +5,45 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fast import native, small_m
+from fast import small_m
 from fast.cache import StaticCache
 from fast.forward import forward, window_mask
 from fast.weights import model_weights
 from reference.model import random_model
-
-# On x86-64 with AVX2 the kernel must build (g++ is part of the set-up): a failed build is a
-# failure here, not a skip. Elsewhere it cannot run, and these tests say why.
-REASON = native.unsupported()
-needs_kernel = pytest.mark.skipif(REASON is not None, reason=f"fast/small_m.cpp cannot run: {REASON}")
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    module = native.kernel()
-    assert module is not None, f"fast/native.py did not build: {native.failure()}"
-    return module
 
 
 # K and N off every multiple the kernel blocks by (8 lanes, R rows of w, 64-row tasks) and on them
 SHAPES = [(8, 1), (7, 3), (128, 384), (130, 67), (96, 200), (383, 1153)]
 
 
-@needs_kernel
 @pytest.mark.parametrize("K,N", SHAPES)
 @pytest.mark.parametrize("M", range(1, 9))
-def test_kernel_computes_the_product(kernel, K, N, M):
+def test_kernel_computes_the_product(native_kernel, K, N, M):
     """Within float32 rounding of the float64 product, and no further from it than F.linear's
     float32 result (plus one rounding step of the sum's size)."""
     g = torch.Generator().manual_seed(K * 1000 + N * 10 + M)
     x, w = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
     exact = F.linear(x.double(), w.double())
-    error = (kernel.linear(x, w).double() - exact).abs()
+    error = (native_kernel.linear(x, w).double() - exact).abs()
     blas_error = (F.linear(x, w).double() - exact).abs()
     scale = (x.double().abs() @ w.double().abs().T)          # the sum of |terms|: rounding's scale
     assert (error <= K * 2.0 ** -24 * scale + 1e-30).all()
     assert error.max() <= blas_error.max() + 2.0 ** -23 * scale.max()
 
 
-@needs_kernel
 @pytest.mark.parametrize("K,N", [(130, 67), (384, 1152), (64, 2048)])
-def test_each_row_is_what_it_is_alone(kernel, K, N):
+def test_each_row_is_what_it_is_alone(native_kernel, K, N):
     """Batch invariance, bit for bit: row m of an M-row product equals the product of row m
     alone, for every M and on one thread or two (the tasks split N differently)."""
     g = torch.Generator().manual_seed(K + N)
     x, w = torch.randn(8, K, generator=g), torch.randn(N, K, generator=g)
-    alone = torch.cat([kernel.linear(x[m:m + 1].contiguous(), w) for m in range(8)])   # [8, N]
+    alone = torch.cat([native_kernel.linear(x[m:m + 1].contiguous(), w) for m in range(8)])   # [8, N]
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
             for M in range(1, 9):
-                assert torch.equal(kernel.linear(x[:M].contiguous(), w), alone[:M]), (threads, M)
+                assert torch.equal(native_kernel.linear(x[:M].contiguous(), w), alone[:M]), (threads, M)
     finally:
         torch.set_num_threads(before)
 
@@ -81,27 +67,25 @@ def test_linear_falls_back_to_f_linear_where_the_kernel_does_not_apply():
     assert small_m.is_enabled()
 
 
-@needs_kernel
-def test_linear_runs_the_kernel_on_few_float32_rows(kernel):
+def test_linear_runs_the_kernel_on_few_float32_rows(native_kernel):
     g = torch.Generator().manual_seed(2)
     x, w = torch.randn(1, 5, 32, generator=g), torch.randn(48, 32, generator=g)
     y = small_m.linear(x, w)                                           # [1, 5, 48]
     assert y.shape == (1, 5, 48)
-    assert torch.equal(y, kernel.linear(x.reshape(5, 32), w).view(1, 5, 48))
+    assert torch.equal(y, native_kernel.linear(x.reshape(5, 32), w).view(1, 5, 48))
     # rows a uniform stride apart (a chunk of a fused output, as the SwiGLU product is) are
     # read in place: bit for bit the product of their contiguous copy
     for view in (torch.randn(5, 96, generator=g)[:, 32:64],
                  torch.randn(2, 3, 80, generator=g)[:, :, 8:40],
                  torch.randn(4, 1, 2, 32, generator=g)):
-        assert torch.equal(small_m.linear(view, w), kernel.linear(view.contiguous(), w))
+        assert torch.equal(small_m.linear(view, w), native_kernel.linear(view.contiguous(), w))
     # anything else is F.linear's: strided entries, rows not one stride apart
     for view in (torch.randn(5, 64, generator=g)[:, ::2], torch.randn(2, 4, 32, generator=g)[:, :2]):
-        assert kernel.linear(view, w) is None
+        assert native_kernel.linear(view, w) is None
         assert torch.equal(small_m.linear(view, w), F.linear(view, w))
 
 
-@needs_kernel
-def test_kernel_answers_none_where_it_does_not_apply(kernel):
+def test_kernel_answers_none_where_it_does_not_apply(native_kernel):
     """Its contract is checked in C++ and answered with None (never an exception)."""
     w = torch.randn(16, 8)
     cases = {"9 rows": (torch.randn(9, 8), w), "float64": (torch.randn(2, 8).double(), w.double()),
@@ -109,7 +93,7 @@ def test_kernel_answers_none_where_it_does_not_apply(kernel):
              "w 3-D": (torch.randn(2, 8), w[None]), "gradient": (torch.randn(2, 8, requires_grad=True), w),
              "no rows": (torch.randn(0, 8), w)}
     for name, (x, weight) in cases.items():
-        assert kernel.linear(x, weight) is None, name
+        assert native_kernel.linear(x, weight) is None, name
 
 
 def test_bad_input_gets_f_linears_error_never_the_kernel():
@@ -126,8 +110,7 @@ def test_bad_input_gets_f_linears_error_never_the_kernel():
             pass
 
 
-@needs_kernel
-def test_a_verify_row_gives_the_logits_of_decode_steps(kernel):
+def test_a_verify_row_gives_the_logits_of_decode_steps(native_kernel):
     """In the fast forward (float32), the logits a verify of 5 tokens gives at each position
     are within rounding of those of 5 decode steps; the matmuls' part of them is exact (the
     test above), so what is left is attention's and the norms' rounding."""
