@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -50,6 +52,15 @@ def failure() -> str | None:
     return _built.get("reason")
 
 
+def _ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH. The project's dependency `ninja` (pip) puts it
+    beside the interpreter, which is not on PATH when a virtualenv's python is run directly
+    (.venv/bin/python -m pytest): add that directory, only when no ninja is found."""
+    if shutil.which("ninja") is None:
+        here = str(Path(sys.executable).parent)
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
 def kernel():
     """The compiled extension module, building it on first use; None if it cannot run here."""
     with _lock:
@@ -60,6 +71,7 @@ def kernel():
             reason = unsupported()
             if reason is None:
                 try:
+                    _ninja_on_path()
                     from torch.utils.cpp_extension import load
                     # the included files' digest among the flags: a change to any of them
                     # is a new build, as a change to native.cpp itself is
