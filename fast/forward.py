@@ -16,8 +16,8 @@ per-head q/k norms, half-split rotary, grouped-query attention, SwiGLU), with fe
 fused q/k/v and gate/up matmuls, one norm and one rotary for the q and k heads together, rotary
 factors looked up from a table. Every matmul goes through fast/small_m.py: on a CPU a product
 with at most 8 rows (a decode step, a verify of k + 1 <= 8 tokens) runs a kernel that reads the
-weights once for all rows and gives each row the result it would get alone. With float64 weights the logits agree with the reference's to
-rounding (tests/test_fast_forward.py).
+weights once for all rows and gives each row the result it would get alone. With float64
+weights the logits agree with the reference's to rounding (tests/test_fast_forward.py).
 
 Nothing here reads a tensor's value on the host, so the whole function can be captured in a
 CUDA graph (fast/graphs.py) as long as `span` is fixed.

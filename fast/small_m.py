@@ -27,8 +27,6 @@ import torch.nn.functional as F
 
 from fast import native
 
-MAX_ROWS = 8   # the most rows fast/small_m.cpp takes
-
 _state = {"on": os.environ.get("FAST_SMALL_M", "1") != "0"}
 
 
