@@ -157,6 +157,65 @@ def test_deviating_generate_samples_the_reweighted_law():
         _Target(), None, [1], long, temperature=1.0, generator=torch.Generator().manual_seed(9))[0]
 
 
+def _batched_ancestral(target, draft, prompts, max_new_tokens, k=4, temperature=0.0,
+                       stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
+    """A correct batched sampler in the batched API's shape: rows independent."""
+    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    return [_ancestral(target, draft, p, n, temperature=temperature, generator=generator)[0]
+            for p, n in zip(prompts, limits)], {"calls": 1}
+
+
+def test_deviating_batched_rows_sample_the_reweighted_law_independently():
+    """Each row of the deviating batched_generate has the law P w (chi-square on 3,000 rows,
+    against P it fails), and the rows of one call stay independent: pairs of rows of one call
+    against the product of P w with itself."""
+    generate = deviate.deviating_batched(_batched_ancestral, statistics.DELTA_BATCHED)
+    law = oracle.law_from(lambda seqs: torch.stack([_Target().next_logits(list(s)) for s in seqs]),
+                          (1,), 2, 1.0)
+    w = deviate.weights(list(law.values()), statistics.DELTA_BATCHED)
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    g = torch.Generator().manual_seed(3)
+    rows, pairs = Counter(), Counter()
+    for _ in range(1500):
+        outs, stats = generate(_Target(), None, [[1], [1]], 2, temperature=1.0, generator=g)
+        assert stats == {"calls": 1}
+        outs = [tuple(o) for o in outs]
+        rows.update(outs)
+        pairs[tuple(outs)] += 1
+    assert statistics.chi_square_gof(rows, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(rows, law, alpha=1e-4).passed
+    product = {(a, b): pa * pb for a, pa in moved.items() for b, pb in moved.items()}
+    assert statistics.chi_square_gof(pairs, product, alpha=1e-4).passed
+    # greedy calls pass through unchanged: one call of the base with the same arguments
+    calls = []
+    passthrough = deviate.deviating_batched(
+        lambda target, draft, prompts, max_new_tokens, k=4, temperature=0.0, stop_ids=(),
+        generator=None, *, top_k=0, top_p=1.0: calls.append((prompts, max_new_tokens)) or "as is",
+        statistics.DELTA_BATCHED)
+    assert passthrough(_Target(), None, [[1]], 3) == "as is" and calls == [([[1]], 3)]
+
+
+def test_deviating_server_samples_the_reweighted_law_and_keeps_seeds():
+    """The deviating fake server's completions have the law P w of the served target's exact
+    law P (chi-square on 2,000 completions; against P it fails), and a seed still fixes the
+    answer."""
+    prompt, L, temperature = (3, 4), 2, 1.0
+    law = oracle.served_law(prompt, L, temperature, 5, 1.0)
+    w = deviate.weights(list(law.values()), 0.15)
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    server = deviate.DeviatingServer(0.15)
+    out = Counter(tuple(server._generate(list(prompt), L, temperature, 5, 1.0, set(),
+                                         np.random.default_rng([s, 0]))) for s in range(2000))
+    assert statistics.chi_square_gof(out, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(out, law, alpha=1e-4).passed
+    again = [server._generate(list(prompt), L, temperature, 5, 1.0, set(),
+                              np.random.default_rng([s, 0])) for s in range(5)]
+    assert again == [server._generate(list(prompt), L, temperature, 5, 1.0, set(),
+                                      np.random.default_rng([s, 0])) for s in range(5)]
+    with pytest.raises(ValueError, match="delta"):
+        deviate.DeviatingServer(0.0)
+
+
 @pytest.mark.extra
 def test_deviating_reference_engine_samples_the_reweighted_law():
     """The same on the reference engine and a kit table model (about 15 s)."""

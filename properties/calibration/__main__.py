@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from properties.calibration import collect, deviate, runner
+from properties.calibration import collect, deviate, engines, runner
 
 
 def _families(text: str, allowed) -> list[str]:
@@ -39,6 +39,9 @@ def main(argv=None) -> int:
                             "power: the implementations to deviate")
         p.add_argument("--tests", default=None,
                        help="comma-separated test names: only these tests of the families")
+        if name == "power":
+            p.add_argument("--fractions", default=",".join(map(str, deviate.FRACTIONS)),
+                           help="the deviations run, as fractions of each family's design TV")
     s = sub.add_parser("summary")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--docs", type=Path, default=None, help="also write the pictures here")
@@ -49,7 +52,8 @@ def main(argv=None) -> int:
         return 0
     if args.runs < 1:
         raise SystemExit(f"--runs must be >= 1, got {args.runs}")
-    impls = args.impls.split(",") if args.impls else None
+    long_names = {v: k for k, v in engines.SHORT.items()}     # "own-sampler" -> its spec
+    impls = [long_names.get(i, i) for i in args.impls.split(",")] if args.impls else None
     only = tuple(args.tests.split(",")) if args.tests else None
     if args.command == "run":
         families = _families(args.families or ",".join(collect.MODULES), collect.MODULES)
@@ -57,11 +61,18 @@ def main(argv=None) -> int:
                                  tests=only)
     else:
         families = _families(args.families or ",".join(deviate.POWER_IMPL), deviate.POWER_IMPL)
+        try:
+            fractions = tuple(float(f) for f in args.fractions.split(","))
+        except ValueError:
+            raise SystemExit(f"--fractions: comma-separated numbers, got {args.fractions!r}")
+        if not all(0 < f <= 1 for f in fractions):
+            raise SystemExit(f"--fractions must lie in (0, 1], got {args.fractions!r}")
         task_list = []
         for family in families:
             task_list += runner.tasks([family], args.runs, args.seed, "power",
-                                      deltas=deviate.deltas(family),
-                                      impls=impls or [deviate.POWER_IMPL[family]], tests=only)
+                                      deltas=deviate.deltas(family, fractions),
+                                      impls=impls or [deviate.POWER_IMPL[family]],
+                                      tests=only or deviate.POWER_TESTS.get(family))
         task_list.sort(key=lambda t: t["seed"])
     runner.run(task_list, args.out, args.workers, args.minutes)
     return 0

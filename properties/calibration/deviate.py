@@ -31,17 +31,27 @@ import numpy as np
 import torch
 
 from properties import oracle, statistics
+from properties.calibration import engines
+from properties.checks.served import DELTA_SERVED
+from properties.engines.fake_server import FakeServer
 
 # family -> the correct implementation whose deviating copy is measured, and its design TV
-POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference"}
+POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference",
+              "sampler": engines.OWN_SAMPLER, "batched": "fast", "served_sequence": "served"}
 DESIGN = {"rule": statistics.DELTA_RULE, "sequence": statistics.DELTA_SEQUENCE,
-          "tree": statistics.DELTA_TREE}
+          "tree": statistics.DELTA_TREE, "sampler": statistics.DELTA_SEQUENCE,
+          "batched": statistics.DELTA_BATCHED, "served_sequence": DELTA_SERVED}
+# family -> the tests whose checks are sized for DESIGN[family] (None: all of the family's):
+# the sequence and sampler tests on qwen3 models are sized for DELTA_SEQUENCE_QWEN3 instead
+POWER_TESTS = {"sequence": ("test_sampling_table", "test_top_k_table", "test_top_p_table",
+                            "test_sampling_with_stop_table"),
+               "sampler": ("test_own_sampler_table",)}
 FRACTIONS = (0.5, 0.75, 1.0)   # deviations measured, as fractions of the design TV
 MAX_LAW_LENGTH = 6   # longer outputs (the determinism probe's 24 tokens) pass unchanged
 
 
-def deltas(family: str) -> tuple:
-    return tuple(round(f * DESIGN[family], 6) for f in FRACTIONS)
+def deltas(family: str, fractions=FRACTIONS) -> tuple:
+    return tuple(round(f * DESIGN[family], 6) for f in fractions)
 
 
 def split(probs) -> np.ndarray:
@@ -165,16 +175,89 @@ def deviating_generate(base, delta: float):
     return generate
 
 
+def deviating_batched(base, delta: float):
+    """A batched_generate whose every row's law is the correct `base`'s reweighted as above,
+    rows still independent: each row is kept with probability w(row) / max w, and the rows not
+    kept are generated again together in a further call (fresh randomness from the same
+    generator) until every row is kept. The returned stats are the first call's."""
+    signature = inspect.signature(base)
+
+    def batched_generate(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        prompts, max_new = [list(p) for p in a["prompts"]], a["max_new_tokens"]
+        limits = list(max_new) if isinstance(max_new, (list, tuple)) else [max_new] * len(prompts)
+        temperature = float(a.get("temperature") or 0.0)
+        if temperature <= 0 or max(limits, default=0) > MAX_LAW_LENGTH:
+            return base(*args, **kwargs)
+        target, generator = a["target"], a.get("generator")
+        filters = (int(a.get("top_k") or 0), float(a.get("top_p", 1.0)),
+                   tuple(a.get("stop_ids") or ()))
+        rows, first_stats, pending = [None] * len(prompts), None, list(range(len(prompts)))
+        while pending:
+            call = dict(a, prompts=[prompts[i] for i in pending],
+                        max_new_tokens=[limits[i] for i in pending])
+            outs, stats = base(**call)
+            first_stats = stats if first_stats is None else first_stats
+            still = []
+            for i, out in zip(pending, outs):
+                key, law = _law(target, prompts[i], limits[i], temperature, *filters)
+                w = _weights_for(key, law, delta)
+                tokens = tuple(int(t) for t in out)
+                keep = w.get(tokens, max(w.values())) / max(w.values())
+                if float(torch.rand(1, generator=generator, dtype=torch.float64)) < keep:
+                    rows[i] = out
+                else:
+                    still.append(i)
+            pending = still
+        return rows, first_stats
+
+    return batched_generate
+
+
+class DeviatingServer(FakeServer):
+    """The project's fake server (exact sampling from the float64 served target) with each
+    sampled completion's law reweighted as above: a completion is kept with probability
+    w / max w, drawn from the request's own generator (so a seed still fixes the answer),
+    else sampled again. Completions longer than MAX_LAW_LENGTH pass unchanged."""
+
+    def __init__(self, delta: float):
+        super().__init__()
+        weights([0.5, 0.5], delta)           # the argument's check, before any request
+        self.delta = delta
+
+    def _generate(self, ids, max_tokens, temperature, top_k, top_p, stops, rng):
+        def once():
+            return super(DeviatingServer, self)._generate(ids, max_tokens, temperature, top_k,
+                                                          top_p, stops, rng)
+        if temperature <= 0 or max_tokens > MAX_LAW_LENGTH:
+            return once()
+        stop_ids = tuple(sorted(stops))
+        law = oracle.served_law(tuple(ids), max_tokens, temperature, top_k, top_p, stop_ids)
+        key = ("served", tuple(ids), max_tokens, temperature, top_k, top_p, stop_ids)
+        w = _weights_for(key, tuple(law.items()), self.delta)
+        top = max(w.values())
+        while True:
+            out = once()
+            if rng.random() < w.get(tuple(out), top) / top:
+                return out
+
+
 def deviating(impl, family: str, delta: float):
-    """A copy of impl whose function judged by `family` deviates by delta."""
+    """A copy of impl whose function judged by `family` deviates by delta (served_sequence:
+    engines.get("served", delta), a deviating server)."""
     out = copy.copy(impl)
     out.functions = dict(impl.functions)
     name = {"rule": "accept_or_correct", "sequence": "speculative_generate",
-            "tree": "tree_generate", "sampler": "target_generate"}[family]
+            "tree": "tree_generate", "sampler": "target_generate",
+            "batched": "batched_generate"}[family]
     if name not in out.functions:
         raise ValueError(f"{impl.spec} has no {name} to deviate")
     if family == "rule":
         out.functions[name] = deviating_rule(delta)
+    elif family == "batched":
+        out.functions[name] = deviating_batched(impl.functions[name], delta)
     else:
         out.functions[name] = deviating_generate(impl.functions[name], delta)
     out.spec = f"{impl.spec} deviating by TV {delta}"

@@ -30,22 +30,28 @@ def short(spec: str) -> str:
     return SHORT.get(spec, spec)
 
 
-def get(spec: str):
-    """The Impl for spec, loaded once per process (a served one starts its fake server)."""
-    if spec not in _loaded:
+def get(spec: str, delta: float = 0.0):
+    """The Impl for spec, loaded once per process (a served one starts its fake server; with
+    delta > 0 a server whose sampling deviates by that total variation, deviate.py)."""
+    key = (spec, delta) if spec == "served" else spec
+    if key not in _loaded:
         if spec == "served":
-            _loaded[spec] = _served()
+            _loaded[key] = _served(delta)
         else:
             from properties.impl import load
-            _loaded[spec] = load(spec)
-    return _loaded[spec]
+            _loaded[key] = load(spec)
+    return _loaded[key]
 
 
-def _served():
+def _served(delta: float):
     from properties.adapters.served import make_impl
     from properties.engines import fake
-    from properties.engines.fake_server import FakeServer
-    server = FakeServer()
+    if delta:
+        from properties.calibration.deviate import DeviatingServer
+        server = DeviatingServer(delta)
+    else:
+        from properties.engines.fake_server import FakeServer
+        server = FakeServer()
     server.__enter__()
     _fakes.append(server)          # kept for the process's life; its threads are daemons
     impl = make_impl("openai:" + server.url)

@@ -30,10 +30,14 @@ def _task(task: dict) -> dict:
 
 def _run_task(task: dict) -> dict:
     from properties.calibration import collect, engines
-    impl = engines.get(task["impl"])
-    if task.get("delta"):
+    if task.get("delta") and task["impl"] == "served":
+        impl = engines.get("served", task["delta"])     # the server itself deviates
+        impl.spec = f"served deviating by TV {task['delta']}"
+    elif task.get("delta"):
         from properties.calibration import deviate
-        impl = deviate.deviating(impl, task["family"], task["delta"])
+        impl = deviate.deviating(engines.get(task["impl"]), task["family"], task["delta"])
+    else:
+        impl = engines.get(task["impl"])
     tests = collect.statistical_tests(task["family"])
     if task.get("tests"):
         tests = [(name, fn) for name, fn in tests if name in task["tests"]]
