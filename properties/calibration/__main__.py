@@ -40,8 +40,10 @@ def main(argv=None) -> int:
         p.add_argument("--tests", default=None,
                        help="comma-separated test names: only these tests of the families")
         if name == "power":
-            p.add_argument("--fractions", default=",".join(map(str, deviate.FRACTIONS)),
-                           help="the deviations run, as fractions of each family's design TV")
+            p.add_argument("--fractions", default=None,
+                           help="the deviations run, as fractions of each family's design TV "
+                                f"(default {','.join(map(str, deviate.FRACTIONS))}; batched "
+                                f"{','.join(map(str, deviate.FAMILY_FRACTIONS['batched']))})")
     s = sub.add_parser("summary")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--docs", type=Path, default=None, help="also write the pictures here")
@@ -62,10 +64,11 @@ def main(argv=None) -> int:
     else:
         families = _families(args.families or ",".join(deviate.POWER_IMPL), deviate.POWER_IMPL)
         try:
-            fractions = tuple(float(f) for f in args.fractions.split(","))
+            fractions = tuple(float(f) for f in args.fractions.split(",")) if args.fractions \
+                else None
         except ValueError:
             raise SystemExit(f"--fractions: comma-separated numbers, got {args.fractions!r}")
-        if not all(0 < f <= 1 for f in fractions):
+        if fractions and not all(0 < f <= 1 for f in fractions):
             raise SystemExit(f"--fractions must lie in (0, 1], got {args.fractions!r}")
         task_list = []
         for family in families:
