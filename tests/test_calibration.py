@@ -272,6 +272,10 @@ def test_collector_records_every_check_with_fresh_seeds():
     for run in (a, b):
         assert not run["failed"] and len(run["records"]) == 2 * count
         assert [r["check"] for r in run["records"]] == [0, 1] * count
+        # the check's own statistical test is kept beside the kit's test name (the summary
+        # tells support-only checks from p-values by it)
+        assert {r["kit_test"] for r in run["records"]} == {"_two_checks"}
+        assert all(r["test"] not in (None, "_two_checks") for r in run["records"])
     # distinct runs draw distinct samples for every example: the explicit one and Hypothesis's
     # first generated one (its simplest, the same case in every run) are reseeded
     assert all(x["p"] != y["p"] for x, y in zip(a["records"], b["records"]))

@@ -118,8 +118,9 @@ def examples(fn, run_seed: int) -> list:
 
 def run_once(family: str, impl, run_seed: int, tests: list | None = None) -> dict:
     """One run of the family on impl. Returns {family, impl, seed, seconds, failed, failures,
-    records}: a record per check (test, example, check: its index in the example, kind, p,
-    passed, df, n)."""
+    records}: a record per check (kit_test: the kit's test, example, check: its index in the
+    example; from the check: kind, p, passed, df, n, and test: the statistical test it ran, which
+    tells a support-only check from a p-value)."""
     start = time.monotonic()
     records, failures, skipped = [], [], {}
     for name, fn in (tests if tests is not None else statistical_tests(family)):
@@ -139,7 +140,7 @@ def run_once(family: str, impl, run_seed: int, tests: list | None = None) -> dic
                                  "error": f"{type(exc).__name__}: {str(exc)[:2000]}"})
             finally:
                 statistics.recorder = None
-            records += [dict(r, test=name, example=label, check=i) for i, r in enumerate(found)]
+            records += [dict(r, kit_test=name, example=label, check=i) for i, r in enumerate(found)]
     os.environ.pop("PYTEST_CURRENT_TEST", None)
     harness.begin_test("calibration")
     return {"family": family, "impl": impl.spec, "seed": run_seed,
