@@ -136,6 +136,13 @@ def _weights_for(key, law_items: tuple, delta: float) -> dict:
     return dict(zip(outcomes, w))
 
 
+def _keep_probability(w: dict, tokens) -> float:
+    """Rejection sampling's acceptance for an output: w(o) / max w (an outcome outside the
+    enumerated law, e.g. one the correct engine should never give, is kept at once)."""
+    top = max(w.values())
+    return w.get(tuple(int(t) for t in tokens), top) / top
+
+
 def _law(target, prompt, L, temperature, top_k, top_p, stop_ids) -> tuple:
     fingerprint = target.next_logits(list(prompt)).numpy().tobytes()
     return _cached_law(fingerprint, target, tuple(prompt), L, temperature, top_k, top_p,
@@ -170,12 +177,9 @@ def deviating_generate(base, delta: float):
         key, law = _law(a["target"], a["prompt_ids"], L, temperature, int(a.get("top_k") or 0),
                         float(a.get("top_p", 1.0)), tuple(a.get("stop_ids") or ()))
         w = _weights_for(key, law, delta)
-        top = max(w.values())
         while True:
             out = base(*args, **kwargs)
-            tokens = out[0] if isinstance(out, tuple) else out
-            tokens = tuple(int(t) for t in tokens)
-            keep = w.get(tokens, top) / top
+            keep = _keep_probability(w, out[0] if isinstance(out, tuple) else out)
             if float(torch.rand(1, generator=a.get("generator"), dtype=torch.float64)) < keep:
                 return out
 
@@ -201,6 +205,10 @@ def deviating_batched(base, delta: float):
         target, generator = a["target"], a.get("generator")
         filters = (int(a.get("top_k") or 0), float(a.get("top_p", 1.0)),
                    tuple(a.get("stop_ids") or ()))
+        weights_of = {}      # (prompt, limit) -> w: rows of one prompt share one law
+        for prompt, limit in {(tuple(p), n) for p, n in zip(prompts, limits)}:
+            key, law = _law(target, prompt, limit, temperature, *filters)
+            weights_of[prompt, limit] = _weights_for(key, law, delta)
         rows, first_stats, pending = [None] * len(prompts), None, list(range(len(prompts)))
         while pending:
             call = dict(a, prompts=[prompts[i] for i in pending],
@@ -209,10 +217,7 @@ def deviating_batched(base, delta: float):
             first_stats = stats if first_stats is None else first_stats
             still = []
             for i, out in zip(pending, outs):
-                key, law = _law(target, prompts[i], limits[i], temperature, *filters)
-                w = _weights_for(key, law, delta)
-                tokens = tuple(int(t) for t in out)
-                keep = w.get(tokens, max(w.values())) / max(w.values())
+                keep = _keep_probability(weights_of[tuple(prompts[i]), limits[i]], out)
                 if float(torch.rand(1, generator=generator, dtype=torch.float64)) < keep:
                     rows[i] = out
                 else:
@@ -244,10 +249,9 @@ class DeviatingServer(FakeServer):
         law = oracle.served_law(tuple(ids), max_tokens, temperature, top_k, top_p, stop_ids)
         key = ("served", tuple(ids), max_tokens, temperature, top_k, top_p, stop_ids)
         w = _weights_for(key, tuple(law.items()), self.delta)
-        top = max(w.values())
         while True:
             out = once()
-            if rng.random() < w.get(tuple(out), top) / top:
+            if rng.random() < _keep_probability(w, out):
                 return out
 
 
