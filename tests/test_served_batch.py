@@ -5,8 +5,8 @@ by exactly the check meant for it, with a message that says what moved."""
 from __future__ import annotations
 
 import re
-
 import threading
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -94,7 +94,9 @@ def test_each_mutant_is_rejected_by_exactly_its_check(meant):
         impl = served(fake, baseline=base)
         verdicts = {check: run(check, impl) for check in ("greedy", "seed", "independence")}
     message = verdicts.pop(meant)
-    assert message is not None, f"{mutant.__name__} passed check_batch_{meant}"
+    # a pass here with few batches of two or more means the burst never met at the server
+    assert message is not None, (f"{mutant.__name__} passed check_batch_{meant}; batch sizes "
+                                 f"seen: {sorted(Counter(fake.batch_sizes).items())}")
     for pattern in patterns:
         assert re.search(pattern, message), (pattern, message)
     assert verdicts == {check: None for check in verdicts}, verdicts

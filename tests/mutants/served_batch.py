@@ -2,9 +2,10 @@
 request answered alone and break only when requests are in flight together.
 
     Batching           the base: a correct server that schedules like a batching engine. Each
-                       request waits WINDOW seconds for others to arrive (one scheduler step),
-                       takes the lowest free batch slot, and learns how many requests are in
-                       flight with it (its batch). It answers exactly as FakeServer.
+                       request waits until WINDOW seconds have passed with no new arrival (one
+                       scheduler step that gathers a burst, however slowly a loaded machine
+                       delivers it), takes the lowest free batch slot, and learns how many
+                       requests are in flight with it (its batch). It answers as FakeServer.
     FlipsClosestCall   (a) greedy: inside a batch of two or more, the output's closest call (the
                        position with the smallest top-two logit gap) goes to the runner-up, as a
                        reduction whose order depends on the batch shape flips a close argmax
@@ -33,7 +34,11 @@ from properties.engines.fake_server import FakeServer
 class Batching(FakeServer):
     """A correct fake that knows, for each request, its batch slot and batch size."""
 
-    WINDOW = 0.03   # seconds a request waits for others: requests submitted together overlap
+    # Seconds without a new arrival that close a batch. A fixed wait from each request's own
+    # arrival let a burst's requests miss each other on a loaded CI machine (the client's threads
+    # started more than the wait apart), and a mutant that breaks only inside batches then passed.
+    WINDOW = 0.05
+    LONGEST = 2.0   # no request waits longer than this for a burst to end
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -41,6 +46,7 @@ class Batching(FakeServer):
         self.in_flight: set[int] = set()     # occupied batch slots
         self.batch_seed = 0                  # drawn as a batch forms (at an idle server)
         self.batch_sizes: list[int] = []     # every request's batch size, for the tests
+        self.last_arrival = 0.0              # time.monotonic() of the newest request
         self.row = threading.local()         # this request's slot and batch size (one thread each)
 
     def complete(self, body: dict):
@@ -49,8 +55,15 @@ class Batching(FakeServer):
                 self.batch_seed = self.shared_rng.getrandbits(63)
             slot = min(set(range(len(self.in_flight) + 1)) - self.in_flight)
             self.in_flight.add(slot)
+            arrived = self.last_arrival = time.monotonic()
         try:
-            time.sleep(self.WINDOW)
+            while True:
+                with self.flight_lock:
+                    quiet_until = min(self.last_arrival + self.WINDOW, arrived + self.LONGEST)
+                wait = quiet_until - time.monotonic()
+                if wait <= 0:
+                    break
+                time.sleep(wait)
             with self.flight_lock:
                 self.row.slot, self.row.batch = slot, len(self.in_flight)
                 self.batch_sizes.append(self.row.batch)
