@@ -4,6 +4,7 @@ the collector on a small statistical test of its own (seconds in all)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -155,6 +156,39 @@ def test_deviating_generate_samples_the_reweighted_law():
     assert generate(_Target(), None, [1], long, temperature=1.0,
                     generator=torch.Generator().manual_seed(9))[0] == _ancestral(
         _Target(), None, [1], long, temperature=1.0, generator=torch.Generator().manual_seed(9))[0]
+
+
+class _PeakedTarget(_Target):
+    """One outcome holds 1 - 1.5e-5 of the two-token law: the case plain rejection stalled on."""
+    LOGITS = torch.log(torch.tensor([[1 - 2e-5, 1e-5, 1e-5], [1 - 2e-5, 1e-5, 1e-5],
+                                     [1 - 2e-5, 1e-5, 1e-5]], dtype=torch.float64))
+
+
+def test_deviating_generate_on_a_near_deterministic_law_is_exact_and_bounded():
+    """Where one outcome dominates, every other outcome's weight is huge (max w ~ 8,000 here):
+    the deviating engine still returns the law P w (chi-square on 4,000 outputs; against P it
+    fails at once) with at most 1 + RESIDUAL_TRIES engine runs per output."""
+    calls = []
+
+    @functools.wraps(_ancestral)     # the signature the deviating engine binds arguments by
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return _ancestral(*args, **kwargs)
+
+    generate = deviate.deviating_generate(counted, statistics.DELTA_SEQUENCE)
+    law = oracle.law_from(lambda seqs: torch.stack([_PeakedTarget().next_logits(list(s))
+                                                    for s in seqs]), (1,), 2, 1.0)
+    w = deviate.weights(list(law.values()), statistics.DELTA_SEQUENCE)
+    assert w.max() > 1000
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    g, out, most = torch.Generator().manual_seed(2), Counter(), 0
+    for _ in range(4000):
+        calls.clear()
+        out[tuple(generate(_PeakedTarget(), None, [1], 2, temperature=1.0, generator=g)[0])] += 1
+        most = max(most, len(calls))
+    assert most <= 1 + deviate.RESIDUAL_TRIES
+    assert statistics.chi_square_gof(out, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(out, law, alpha=1e-4).passed
 
 
 def _batched_ancestral(target, draft, prompts, max_new_tokens, k=4, temperature=0.0,
