@@ -262,15 +262,35 @@ def _together(counts: Counter, law_a: dict, law_b: dict) -> str:
             f"{pb:.3f})\n")
 
 
-def _which(counts: Counter, law_a: dict, law_b: dict) -> str:
+def _which(pairs: list, per_call: int, law_a: dict, law_b: dict) -> str:
     """The failure's pattern for its cause line: a pair's law is not the product of the exact
-    laws either because a row's own law is off (a law defect, which served_sequence judges
-    alone) or because the rows move together although each is right (dependence). Each row's
-    marginal against its exact law: a description (chi-square p-values), no further check."""
-    from scipy.stats import chi2
+    laws because the requests of one call repeat each other (they share a generator: dependence
+    among all of them), or because a row's own law is off (a law defect, which served_sequence
+    judges alone), or because the rows move together although each is right (dependence). The
+    repeats come first: rows that repeat each other also make their pooled marginal look off
+    (a few draws counted several times), although each draw is right. Descriptions (chi-square
+    and binomial p-values), no further check. `pairs`: (output a, output b) in the order sent,
+    per_call pairs to a call."""
+    from scipy.stats import binom, chi2
+    dependent = ("pairs (request a, request b) answered concurrently are not distributed as two "
+                 "independent samples")
+    calls = [pairs[i:i + per_call] for i in range(0, len(pairs), per_call)]
+    calls = [c for c in calls if len(c) == per_call]
+    if per_call >= 2 and calls:
+        same = sum(len({x for x, _ in c}) == 1 for c in calls)
+        # chance from the a-rows' observed frequencies, not the exact law: a law defect that
+        # concentrates the rows' outputs repeats them too, and is no dependence
+        seen = Counter(x for x, _ in pairs)
+        chance = sum((c / len(pairs)) ** per_call for c in seen.values())
+        p = float(binom.sf(same - 1, len(calls), chance))
+        if p < statistics.ALPHA:
+            return (f"{dependent} (the requests of one call repeat each other: in {same} of "
+                    f"{len(calls)} calls the {per_call} a-rows all gave one output, where rows "
+                    f"drawn independently from their observed frequencies would in "
+                    f"{chance * len(calls):.1f}, p = {p:.3g})")
     off = []
     for name, index, law in (("a", 0, law_a), ("b", 1, law_b)):
-        seen = Counter(pair[index] for pair in counts.elements())
+        seen = Counter(pair[index] for pair in pairs)
         n = sum(seen.values())
         keys = list(law)
         expected = np.array([n * law[k] for k in keys])
@@ -286,8 +306,7 @@ def _which(counts: Counter, law_a: dict, law_b: dict) -> str:
         return (f"pairs answered concurrently are not distributed as the product of the two "
                 f"exact laws because a row's own law is off: {', '.join(off)} (a law defect, "
                 f"not shown to be dependence)")
-    return ("pairs (request a, request b) answered concurrently are not distributed as two "
-            "independent samples (each row's own law holds; the rows move together)")
+    return f"{dependent} (each row's own law holds; the rows move together)"
 
 
 def check_batch_independence(impl, pair: tuple, delta: float = DELTA_BATCH):
@@ -314,12 +333,13 @@ def check_batch_independence(impl, pair: tuple, delta: float = DELTA_BATCH):
     groups = [requests * min(per_call, the_plan.n - done)
               for done in range(0, the_plan.n, per_call)]
     outs = _speculating(impl, prop, CHECK_INDEPENDENCE, pair, groups)
-    observed = Counter(zip((c.tokens for c in outs[0::2]), (c.tokens for c in outs[1::2])))
+    pairs = list(zip((c.tokens for c in outs[0::2]), (c.tokens for c in outs[1::2])))
+    observed = Counter(pairs)
     result = statistics.chi_square_gof(observed, joint)
     if not result.passed:
         known = all(x in law_a and y in law_b for x, y in observed)
         fail(impl, prop, CHECK_INDEPENDENCE, pair,
-             f"{_which(observed, law_a, law_b)}:\n  a: {row(a, False)}\n"
+             f"{_which(pairs, per_call, law_a, law_b)}:\n  a: {row(a, False)}\n"
              f"  b: {row(b, False)}\n{_together(observed, law_a, law_b) if known else ''}"
              f"{result.summary()}\n(sample plan: {the_plan.describe()}; {len(joint)} possible "
              f"pairs; {per_call} pairs in flight per call)")
