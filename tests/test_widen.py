@@ -1,6 +1,6 @@
 """reference/widen.py: a grown model computes what the small one did (logits within float32
 rounding on random inputs, with a cache, and its early exit unchanged), trains away from it,
-and refuses shapes it cannot grow into."""
+and refuses shapes it cannot grow into; reference/grow.py end to end (extra)."""
 
 from dataclasses import replace
 
@@ -68,3 +68,21 @@ def test_the_grown_model_trains_its_new_parts():
 def test_shapes_it_cannot_grow_into_are_refused(change, match):
     with pytest.raises(ValueError, match=match):
         widen(init_model(SMALL, seed=1), replace(BIG, **change))
+
+
+@pytest.mark.extra
+def test_grow_stores_the_model_it_measured(tmp_path):
+    """reference/grow.py end to end with 2 steps (about 50 s): the stored float16 target loads
+    back bit for bit as the float32 model measured, greedy speculation with each draft still
+    gives the grown target's greedy output, and the manifest lists every file it wrote."""
+    from reference import grow, pretrained, speculative
+    manifest = grow.grow(pretrained.TRAINED_DIR, tmp_path, grow.GrowRecipe(steps=2),
+                         log=lambda s: None)
+    assert manifest["parameters"] > 10 * 1_400_000
+    assert pretrained.check_manifest(tmp_path) == []
+    pair = pretrained.load_dir(tmp_path)
+    prompt = pair.prompts()[0][:16]
+    plain = speculative.greedy_generate(pair.target, prompt, 24)
+    for draft in pair.drafts().values():
+        tokens, _ = speculative.speculative_generate(pair.target, draft, prompt, 24, k=4)
+        assert tokens == plain

@@ -1,0 +1,150 @@
+"""The weight-bound target: the trained target grown (reference/widen.py) to a size whose step
+is bound by reading its weights on a CPU, then trained a little further on the same corpus.
+
+    python -m reference.grow --base reference/trained --out reference/trained-large
+
+The committed pair's target (1.44M parameters) is so small that a step costs per-operation
+overhead, not weight reads: a draft is then not much cheaper than the target, and speculation
+cannot pay (BENCHMARKS.md, "The trained pair"). LARGE holds about 15M parameters, 60 MB in
+float32: twice a 32 MB L3 cache, so each step streams its weights from memory, as a deployed
+target does. Growing keeps the tokenizer, the held-out prompts and the small draft, and starts
+from the target's function, so a short training suffices.
+
+Stored in float16 (about 30 MB): the model is rounded to float16 *before* anything is measured,
+so loading the stored weights into float32 gives exactly the model whose loss and acceptance the
+manifest states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from reference import corpus
+from reference.checkpoint import save_pretrained
+from reference.model import Config
+from reference.pretrained import load_dir
+from reference.train import Recipe, _jsonable, held_out_loss, sha256, train
+from reference.widen import widen
+
+# The committed target's shape grown: hidden 128 -> 384, heads 4/2 -> 12/6 (head_dim 32 and the
+# group size kept), MLP 384 -> 1152, 6 -> 8 layers (the early exit stays the first 2).
+LARGE = dict(hidden_size=384, intermediate_size=1152, num_hidden_layers=8,
+             num_attention_heads=12, num_key_value_heads=6)
+
+
+@dataclass(frozen=True)
+class GrowRecipe:
+    grow: dict = field(default_factory=lambda: dict(LARGE))
+    steps: int = 300
+    lr: float = 1e-3           # a third of the small target's: it starts trained
+    warmup: int = 20
+    seed: int = 0
+
+    def training(self, base: Recipe) -> Recipe:
+        """The base's training recipe (windows, batch, exit loss) with this one's schedule."""
+        return replace(base, lr=self.lr, warmup=min(self.warmup, self.steps), seed=self.seed)
+
+
+def _base_recipe(manifest: dict) -> Recipe:
+    r = dict(manifest["recipe"])
+    r.pop("vocab_size", None)
+    return Recipe(**{**r, "target": Config(**r["target"]), "small": Config(**r["small"])})
+
+
+def grow(base_dir: Path, out: Path, recipe: GrowRecipe, log=print) -> dict:
+    started = time.time()
+    base = load_dir(base_dir)
+    base_recipe = _base_recipe(base.manifest)
+    training = recipe.training(base_recipe)
+    files = corpus.corpus_files()
+    train_files, held_files = corpus.split(files)
+    tokenizer = base.tokenizer
+    train_ids = torch.tensor(corpus.encode_files(tokenizer, [corpus.read(f) for f in train_files]))
+    held_ids = torch.tensor(corpus.encode_files(tokenizer, [corpus.read(f) for f in held_files]))
+    log(f"corpus: {len(train_ids)} training tokens, {len(held_ids)} held out "
+        f"({time.time() - started:.0f} s)")
+
+    config = replace(base.target.config, **recipe.grow)
+    target = widen(base.target, config, seed=recipe.seed)
+    log(f"grown target: {sum(p.numel() for p in target.parameters())} parameters "
+        f"(from {sum(p.numel() for p in base.target.parameters())})")
+    t0 = time.time()
+    losses = train(target, train_ids, training, recipe.steps,
+                   {config.num_hidden_layers: 1.0, base.exit_layers: base_recipe.exit_weight},
+                   log=log)
+    train_s = round(time.time() - t0, 1)
+    target = target.half().float()   # what is stored is what is measured
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_pretrained(copy.deepcopy(target).half(), out / "target")
+    shutil.copytree(base_dir / "small", out / "small", dirs_exist_ok=True)
+    for name in ("tokenizer.json", "heldout.json"):
+        shutil.copy(base_dir / name, out / name)
+    (out / "manifest.json").write_text(json.dumps({"early_exit_layers": base.exit_layers}))
+    pair = load_dir(out)
+    if any(not torch.equal(a, b) for a, b in zip(pair.target.state_dict().values(),
+                                                   target.state_dict().values())):
+        raise RuntimeError("the stored float16 target does not load back as the measured one")
+    held = {"target": held_out_loss(target, held_ids, training),
+            "early_exit": held_out_loss(target, held_ids, training, base.exit_layers),
+            "small": held_out_loss(pair.small, held_ids, training),
+            "base_target": held_out_loss(base.target, held_ids, training)}
+    log("held-out loss (nats/token): " + ", ".join(f"{k} {v:.3f}" for k, v in held.items()))
+
+    from reference import acceptance
+    measured = acceptance.measure_all(pair, pair.prompts()[:8], max_new_tokens=64, k=4)
+    manifest = {
+        "what": "the trained target grown to a weight-bound size (python -m reference.grow), "
+                "with the base pair's small draft, tokenizer and held-out prompts",
+        "base": {"dir": base_dir.name, "manifest_sha256": sha256(base_dir / "manifest.json")},
+        "recipe": _jsonable(asdict(recipe)), "training": _jsonable(asdict(training)),
+        "parameters": sum(p.numel() for p in target.parameters()),
+        "storage": "float16 (the model was rounded to float16 before it was measured)",
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "held_out_loss": {k: round(v, 4) for k, v in held.items()},
+        "final_train_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "acceptance": measured,
+        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
+        "reproduce": "make models-large (retraining reproduces quality within the margins, "
+                     "not bits)",
+        "margins": {"held_out_loss": 0.1, "acceptance": 0.1},
+        "early_exit_layers": base.exit_layers,
+        "files": {},
+    }
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != "manifest.json":
+            manifest["files"][path.relative_to(out).as_posix()] = sha256(path)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    log(f"wrote {out} in {manifest['timings']['total_s']:.0f} s")
+    return manifest
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m reference.grow")
+    parser.add_argument("--base", type=Path, default=Path(__file__).parent / "trained")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "trained-large")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    recipe = GrowRecipe() if args.steps is None else GrowRecipe(steps=args.steps)
+    grow(args.base, args.out, recipe, log=lambda s: print(s, flush=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
