@@ -33,7 +33,7 @@ from reference import corpus
 from reference.checkpoint import save_pretrained
 from reference.model import Config
 from reference.pretrained import load_dir
-from reference.train import Recipe, _jsonable, held_out_loss, sha256, train
+from reference.train import Recipe, _jsonable, held_out_loss, sha256, train, write_manifest
 from reference.widen import widen
 
 # The committed target's shape grown: hidden 128 -> 384, heads 4/2 -> 12/6 (head_dim 32 and the
@@ -121,10 +121,7 @@ def grow(base_dir: Path, out: Path, recipe: GrowRecipe, log=print) -> dict:
         "early_exit_layers": base.exit_layers,
         "files": {},
     }
-    for path in sorted(out.rglob("*")):
-        if path.is_file() and path.name != "manifest.json":
-            manifest["files"][path.relative_to(out).as_posix()] = sha256(path)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_manifest(out, manifest)
     log(f"wrote {out} in {manifest['timings']['total_s']:.0f} s")
     return manifest
 

@@ -193,6 +193,14 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def write_manifest(out: Path, manifest: dict):
+    """manifest.json in `out`, with the sha256 of every other file there (check_manifest)."""
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name != "manifest.json":
+            manifest["files"][path.relative_to(out).as_posix()] = sha256(path)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
 def _teacher(target: Qwen3, depth: int):
     return lambda x: logits_at(target, x, {depth})[depth]
 
@@ -271,10 +279,7 @@ def build(out: Path, recipe: Recipe, log=print, prompts: int = 16) -> dict:
         "early_exit_layers": recipe.exit_layer,
         "files": {},
     }
-    for path in sorted(out.rglob("*")):
-        if path.is_file() and path.name != "manifest.json":
-            manifest["files"][path.relative_to(out).as_posix()] = sha256(path)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    write_manifest(out, manifest)
     log(f"wrote {out} in {timings['total_s']:.0f} s")
     return manifest
 
