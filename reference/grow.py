@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import shutil
 import sys
 import time
@@ -33,7 +32,8 @@ from reference import corpus
 from reference.checkpoint import save_pretrained
 from reference.model import Config
 from reference.pretrained import load_dir
-from reference.train import Recipe, _jsonable, held_out_loss, sha256, train, write_manifest
+from reference.train import (Recipe, _jsonable, check_steps_and_threads, held_out_loss, sha256,
+                             train, write_manifest)
 from reference.widen import widen
 
 # The committed target's shape grown: hidden 128 -> 384, heads 4/2 -> 12/6 (head_dim 32 and the
@@ -133,12 +133,7 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    check_steps_and_threads(parser, args)
     recipe = GrowRecipe() if args.steps is None else GrowRecipe(steps=args.steps)
     grow(args.base, args.out, recipe, log=lambda s: print(s, flush=True))
 

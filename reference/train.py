@@ -306,6 +306,16 @@ def _jsonable(value):
     return value
 
 
+def check_steps_and_threads(parser, args):
+    """--steps (None or >= 1) and --threads (>= 1, then used by torch and the tokenizer)."""
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m reference.train")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "trained")
@@ -314,12 +324,7 @@ def main(argv=None):
                         help="training steps of each model (default: the recipe's)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    check_steps_and_threads(parser, args)
     recipe = Recipe(seed=args.seed)
     if args.steps is not None:
         recipe = recipe.quick(args.steps)
