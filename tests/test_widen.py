@@ -76,10 +76,11 @@ def test_grow_stores_the_model_it_measured(tmp_path):
     back bit for bit as the float32 model measured, greedy speculation with each draft still
     gives the grown target's greedy output, and the manifest lists every file it wrote."""
     from reference import grow, pretrained, speculative
-    manifest = grow.grow(pretrained.TRAINED_DIR, tmp_path, grow.GrowRecipe(steps=2),
+    manifest = grow.grow(pretrained.TRAINED_DIR, tmp_path, grow.GrowRecipe(steps=2, small_steps=2),
                          log=lambda s: None)
     assert manifest["parameters"] > 10 * 1_400_000
     assert pretrained.check_manifest(tmp_path) == []
+    assert pretrained.load_dir(tmp_path).small.config.head_dim == 32  # served engines load it
     pair = pretrained.load_dir(tmp_path)
     prompt = pair.prompts()[0][:16]
     plain = speculative.greedy_generate(pair.target, prompt, 24)
