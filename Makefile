@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others test test-extra bench gpu-check models models-large clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
+.PHONY: conformance conformance-others conformance-large test test-extra bench gpu-check models models-large clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -44,6 +44,12 @@ conformance-others: $(STAMP)
 	$(PY) -m pytest properties/ --impl=fast -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=transformers --xfails-file=properties/known/transformers.txt -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=transformers-lookup -n $(WORKERS) $(PYTEST_ARGS)
+
+# The kit's trained properties (greedy, cache, bounds, perfect draft, tree, top-k) on the
+# weight-bound pair (make models-large, committed), for the reference and the fast engine.
+conformance-large: $(STAMP)
+	$(PY) -m pytest properties/ --impl=reference --kit-trained=$(MODELS_DIR)-large -k trained -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=fast --kit-trained=$(MODELS_DIR)-large -k trained -n $(WORKERS) $(PYTEST_ARGS)
 
 # The whole suite (tests/, fast/ and the kit on the reference), then the kit on the other engines.
 test: $(STAMP)

@@ -2,7 +2,8 @@
 # The GPU checks, one script for a machine with a CUDA device whose python3 has the project's
 # test dependencies (torch with CUDA, hypothesis, scipy, pytest-benchmark): the CUDA-graph tests
 # (replay equals eager, one host sync per round), the kit's graph-replay property on the fast
-# engine, the CPU kernels' tests (they build on any x86-64 machine with g++), and the GPU
+# engine, the CPU kernels' tests (they build on any x86-64 machine with g++), the kit's trained
+# properties on the fast engine with the weight-bound pair (make models-large), and the GPU
 # benchmarks: (c) verify of k+1 / decode on Qwen3-1.7B's shape in bf16, (f) eager vs graph.
 # Logs and the benchmark JSON go under $OUT (default gpu-out/). About 5 minutes on an H200.
 #
@@ -32,6 +33,8 @@ step graph-tests "$py" -m pytest -q -p no:cacheprovider -m gpu tests/test_fast_g
 step kit-graph-replay "$py" -m pytest -q -p no:cacheprovider properties/test_batched.py --impl=fast \
     -k graph_replay
 step cpu-kernels "$py" -m pytest -q -p no:cacheprovider tests/test_fast_native.py tests/test_fast_small_m.py
+step kit-large "$py" -m pytest -q -p no:cacheprovider properties/ --impl=fast \
+    --kit-trained=reference/trained-large -k trained
 step gpu-bench "$py" -m pytest -p no:cacheprovider --benchmark-only -m gpu fast/test_bench_step.py \
     fast/test_bench_graphs.py --benchmark-json="$out/gpu-bench.json"
 exit $status

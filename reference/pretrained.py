@@ -22,6 +22,8 @@ from reference.checkpoint import load_pretrained
 from reference.model import EarlyExit, Qwen3
 
 TRAINED_DIR = Path(__file__).parent / "trained"
+# the weight-bound pair (make models-large, reference/grow.py): same tokenizer and prompts
+LARGE_DIR = Path(__file__).parent / "trained-large"
 DRAFTS = ("early-exit", "small")
 
 

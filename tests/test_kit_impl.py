@@ -234,3 +234,28 @@ def test_kit_not_applicable_is_validated(tmp_path, declared, message):
     """)
     with pytest.raises(ImplError, match=message):
         load(path)
+
+
+def test_kit_trained_names_a_directory_that_is_not_one(tmp_path):
+    """--kit-trained points the trained properties at other models: a path without trained
+    models is one usage error naming the option and the path, before anything is collected."""
+    missing = tmp_path / "nowhere"
+    proc = kit("properties/test_greedy.py", f"--kit-trained={missing}")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"--kit-trained={missing}" in proc.stderr and "manifest.json missing" in proc.stderr
+
+
+def test_kit_trained_runs_the_trained_properties_on_the_large_pair(tmp_path):
+    """The weight-bound pair (make models-large) through the trained greedy property: the run
+    says which models it used, and the kit's verdict on the reference is CONFORMANT."""
+    from reference.pretrained import LARGE_DIR
+    if not (LARGE_DIR / "manifest.json").is_file():
+        pytest.skip(f"no weight-bound pair at {LARGE_DIR}: run `make models-large`")
+    out = tmp_path / "kit.json"
+    proc = kit("properties/test_greedy.py", "-k", "test_greedy_trained", "--impl=reference",
+               f"--kit-trained={LARGE_DIR}", f"--conformance-json={out}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    assert summary["trained_models"] == str(LARGE_DIR)
+    assert summary["families"]["greedy"]["passed"] == 1 and summary["verdict"] == "CONFORMANT"
+    assert f"trained models {LARGE_DIR} (--kit-trained)" in proc.stdout

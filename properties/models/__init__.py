@@ -34,6 +34,6 @@ from properties.models.tables import LaggedLM, NegatedLM, NoisyLM, TableLM  # no
 from properties.models.specs import (QWEN3_DRAFTS, TABLE_DRAFTS, TRAINED_DRAFTS,  # noqa: F401
                                      DraftSpec, Qwen3Spec, TableSpec, TrainedSpec, qwen3_config,
                                      qwen3_draft_module, qwen3_module, table_draft_lm, table_lm,
-                                     trained_pair)
+                                     trained_dir, trained_pair, use_trained_models)
 from properties.models.kit import (KitModel, Qwen3KitModel, TableKitModel,  # noqa: F401
                                    build_pair, build_target, draft_variants)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -48,7 +49,8 @@ class Qwen3Spec:
 
 @dataclass(frozen=True)
 class TrainedSpec:
-    """The committed trained target (reference/trained/, `make models`), float64. Its drafts:
+    """The committed trained target (reference/trained/, `make models`; another directory with
+    --kit-trained, e.g. make models-large's weight-bound target), float64. Its drafts:
     small (the separately trained 1-layer model), early_exit (the target's first layers, trained
     for it), perfect. Its vocabulary (2,048) is too large for exact laws of long outputs: it is
     used where the vocabulary does not matter (greedy, cache, bounds) or the law stays small
@@ -84,11 +86,40 @@ TABLE_DRAFTS = ("random", "perfect", "negated", "noisy", "lagged")
 TRAINED_DRAFTS = ("small", "early_exit", "perfect")
 
 
+_TRAINED_DIR: list = []   # the directory chosen with --kit-trained; empty: the committed pair
+
+
+def use_trained_models(path) -> Path:
+    """Run the kit's trained properties on the models in `path` (a directory written by
+    `make models` or `make models-large`) instead of the committed pair; checked here, so that
+    a wrong path is one clear error before any example is drawn."""
+    from reference.pretrained import load_dir
+    path = Path(path)
+    try:
+        pair = load_dir(path, dtype=torch.float64)
+    except (FileNotFoundError, OSError) as error:
+        raise ValueError(f"--kit-trained={path}: not a trained-models directory ({error})") from None
+    if pair.target.config.vocab_size != TrainedSpec.vocab:
+        raise ValueError(f"--kit-trained={path}: the target's vocabulary is "
+                         f"{pair.target.config.vocab_size}, the kit's trained cases need "
+                         f"{TrainedSpec.vocab}")
+    _TRAINED_DIR[:] = [path]
+    trained_pair.cache_clear()
+    qwen3_module.cache_clear()
+    qwen3_draft_module.cache_clear()
+    return path
+
+
+def trained_dir() -> Path:
+    from reference.pretrained import TRAINED_DIR
+    return _TRAINED_DIR[0] if _TRAINED_DIR else TRAINED_DIR
+
+
 @lru_cache(maxsize=1)
 def trained_pair():
-    """The committed trained models in float64 (reloaded from disk after reset_models)."""
-    from reference.pretrained import TRAINED_DIR, load_dir
-    pair = load_dir(TRAINED_DIR, dtype=torch.float64)
+    """The trained models in float64, from trained_dir() (reloaded after reset_models)."""
+    from reference.pretrained import load_dir
+    pair = load_dir(trained_dir(), dtype=torch.float64)
     if pair.target.config.vocab_size != TrainedSpec.vocab:
         raise ValueError(f"the trained target's vocabulary is {pair.target.config.vocab_size}, "
                          f"TrainedSpec says {TrainedSpec.vocab}")

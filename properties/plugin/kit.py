@@ -9,6 +9,9 @@ Options:
                              run with verdict INCOMPLETE, then, when the run ends, the verdict
     --kit-timeout=SECONDS    time limit of each call into the implementation (0: none)
     --kit-families=A,B       run only these families (properties/families.py)
+    --kit-trained=DIR        the trained models of the *_trained properties: a directory written
+                             by make models (default: the committed reference/trained) or make
+                             models-large (the weight-bound target)
     --kit-report=DIR         write DIR/index.html (the evidence behind the verdict, as pictures)
                              and DIR/report.json, the data it was drawn from (properties/report/)
 
@@ -68,6 +71,9 @@ def pytest_addoption(parser):
                          f"(default {guards.TIMEOUT:g}; 0: no limit)")
     group.addoption("--kit-families", default=None, metavar="A,B",
                     help=f"run only these property families: {', '.join(families.FAMILIES)}")
+    group.addoption("--kit-trained", default=None, metavar="DIR",
+                    help="trained models for the *_trained properties: a directory written by "
+                         "make models (default: reference/trained) or make models-large")
 
 
 def _read_xfails(path: str) -> list[str]:
@@ -117,6 +123,13 @@ def pytest_configure(config):
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config._kit_families = _selected_families(config)
+    trained = config.getoption("--kit-trained")
+    if trained:
+        from properties.models import use_trained_models
+        try:
+            use_trained_models(trained)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     path = config.getoption("--xfails-file")
     config._kit_xfails = _read_xfails(path) if path else []
     config._kit_outcomes = {}          # nodeid -> (family, outcome, reason)
@@ -166,7 +179,9 @@ def pytest_report_header(config):
         f"conformance kit: hypothesis profile {profiles.current()}; each statistical check at "
         f"alpha={statistics.ALPHA:.0e}, power {statistics.POWER} at its stated deviation; "
         f"time limit {guards.TIMEOUT:g} s per call (--kit-timeout)"
-        + (f"; families: {', '.join(chosen)} (--kit-families)" if chosen else "")]
+        + (f"; families: {', '.join(chosen)} (--kit-families)" if chosen else "")
+        + (f"; trained models {config.getoption('--kit-trained')} (--kit-trained)"
+           if config.getoption("--kit-trained") else "")]
 
 
 def pytest_runtest_setup(item):
@@ -509,6 +524,7 @@ def summary(config, exitstatus=None) -> dict:
         "hypothesis_profile": profiles.current(),
         "kit_timeout_s": guards.TIMEOUT,
         "families_selected": list(config._kit_families or families.FAMILIES),
+        "trained_models": str(_trained_dir()),
         "families": entries,
         "shared_causes": _shared_causes(entries),
         "headlines": _headlines(entries),
@@ -664,6 +680,11 @@ def verdict_line(config, data) -> str:
 
 def impl_has(config, level: str) -> bool:
     return config._kit_impl.has(level)
+
+
+def _trained_dir():
+    from properties.models import trained_dir
+    return trained_dir()
 
 
 def _write_json(config, exitstatus, data=None) -> None:
