@@ -72,3 +72,36 @@ def test_cli_export_prints_every_server_recipe(tmp_path, capsys):
     file.write_text("")
     assert cli.main(["export", str(file)]) == 2
     assert "DIR=" in capsys.readouterr().err
+
+
+def test_cli_export_models_trained_large_writes_the_weight_bound_pair(tmp_path, capsys):
+    """`export --models trained-large`: the 8-layer target of hidden 384 and its own small
+    draft of head_dim 32, which every engine's declared head sizes take (no warning)."""
+    import warnings
+    from properties.export import trained
+    large = trained.PAIRS["trained-large"]
+    if not (large / "manifest.json").is_file():
+        pytest.skip(f"no weight-bound pair at {large}: run `make models-large`")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # a head size some engine refuses would warn
+        assert cli.main(["export", str(tmp_path), "--models", "trained-large"]) == 0
+    text = capsys.readouterr().out
+    assert "the weight-bound trained target" in text and "# the trained-large pair" in text
+    config = {name: json.loads((tmp_path / name / "config.json").read_text())
+              for name in ("target", "draft-small", "draft-early-exit")}
+    assert (config["target"]["hidden_size"], config["target"]["num_hidden_layers"]) == (384, 8)
+    assert config["draft-small"]["head_dim"] == 32
+    assert config["draft-early-exit"]["hidden_size"] == 384
+    # the same tokenizer as the committed pair, written beside each model
+    assert (tmp_path / "target" / "tokenizer.json").read_text() == \
+        (large / "tokenizer.json").read_text()
+
+
+def test_cli_export_models_trained_large_without_the_pair_names_its_make_target(
+        tmp_path, capsys, monkeypatch):
+    from properties.export import trained
+    monkeypatch.setitem(trained.PAIRS, "trained-large", tmp_path / "nowhere")
+    assert cli.main(["export", str(tmp_path / "out"), "--models", "trained-large"]) == 2
+    err = capsys.readouterr().err
+    assert "--models trained-large" in err and "make models-large" in err
+    assert not (tmp_path / "out").exists()

@@ -2,11 +2,16 @@
 serving the committed trained pair: the launcher end to end (conformant), the greedy check
 failing on a wrong engine, the acceptance check failing on wrong counts, the head-size refusal
 before anything starts, and the results file and grid showing trained runs (about 25 s on 2
-cores: the end-to-end run starts two fake servers, each loading the pair in float64)."""
+cores: the end-to-end run starts two fake servers, each loading the pair in float64).
+
+`--models trained-large` (the weight-bound pair of `make models-large`, not committed): the same
+end-to-end run and the refusal that differs from the committed pair's, skipped where the pair
+has not been made."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +24,13 @@ from properties.serve import run as launcher
 from properties.serve import speed, trained
 
 FAKE = engines.get("fake")
+LARGE = trained_export.PAIRS["trained-large"]
+
+
+def needs_large(models: str = "trained-large"):
+    """Skip when `models` is the weight-bound pair and it has not been made."""
+    if models == "trained-large" and not (LARGE / "manifest.json").is_file():
+        pytest.skip(f"no weight-bound pair at {LARGE}: run `make models-large`")
 
 
 def _check(behaviour, draft="draft-early-exit", prompts=1, tokens=16):
@@ -28,24 +40,35 @@ def _check(behaviour, draft="draft-early-exit", prompts=1, tokens=16):
                              n_prompts=prompts, max_tokens=tokens)
 
 
-def test_trained_run_on_the_fake_engine_is_conformant_with_exact_acceptance(tmp_path):
+@pytest.mark.parametrize("models", ["trained", "trained-large"])
+def test_trained_run_on_the_fake_engine_is_conformant_with_exact_acceptance(models, tmp_path,
+                                                                             monkeypatch):
+    needs_large(models)
+    monkeypatch.setattr(launcher, "ROOT", tmp_path)     # the default run directory, under it
     lines = []
-    outcome = launcher.run("fake", "draft-early-exit", models="trained", run_dir=tmp_path,
-                           measure_speed=False, say=lines.append)
+    outcome = launcher.run("fake", "draft-early-exit", models=models, measure_speed=False,
+                           say=lines.append)
     assert outcome.exit == 0 and outcome.verdict == "CONFORMANT", "\n".join(lines)
-    record = json.loads((tmp_path / "result.json").read_text())
+    run_dir, = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith(f"fake-draft-early-exit-{models}-")   # -trained-large-TIME
+    record = json.loads((run_dir / "result.json").read_text())
     t = record["trained"]
-    assert record["models"] == "trained" and record["families"] == [] and not t["failures"]
+    assert record["models"] == models and record["families"] == [] and not t["failures"]
     assert len(t["requests"]) == trained.PROMPTS
     # the fake's own speculation loop (fake_server.TrainedSpeculator) and the replay agree
     assert (t["engine_drafted"], t["engine_accepted"]) == (t["exact_drafted"], t["exact_accepted"])
     assert 0 < t["exact_accepted"] < t["exact_drafted"]
-    # the early exit of the trained pair agrees with the target often enough to gain
-    assert t["tokens_per_target_call"] > 1.5
-    # only the target and the method's draft were exported
-    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["draft-early-exit", "target"]
+    if models == "trained":
+        # the early exit of the trained pair agrees with the target often enough to gain
+        assert t["tokens_per_target_call"] > 1.5
+    # only the target and the method's draft were exported, of the pair asked for
+    assert sorted(p.name for p in (run_dir / "export").iterdir()) == ["draft-early-exit", "target"]
+    exported = json.loads((run_dir / "export" / "target" / "config.json").read_text())
+    assert exported["hidden_size"] == trained_export.pair_of(models).target.config.hidden_size
     text = "\n".join(lines)
     assert "acceptance (engine counters)" in text and "tokens per target call" in text
+    assert f"{models} pair: {trained.PROMPTS} greedy requests" in text
+    assert f"on the {models} pair)" in outcome.text
 
 
 def test_a_wrong_token_fails_the_greedy_check_at_its_position():
@@ -110,6 +133,45 @@ def test_head_size_rules_come_from_the_engine_files():
         "draft-small")) is None
 
 
+def test_head_size_refusal_depends_on_the_pair():
+    """An engine whose attention takes no head_dim 24 refuses the committed small draft, not
+    the weight-bound pair's (head_dim 32); the target and the early exit pass on both."""
+    no_24 = replace(FAKE, name="no-24", head_sizes=("head_dim other than 24", lambda d: d != 24))
+    small, early = no_24.method("draft-small"), no_24.method("draft-early-exit")
+    refused = trained_export.refusal(no_24, small, "trained")
+    assert "no-24 cannot run the trained draft-small: head_dim=24" in refused
+    assert trained_export.refusal(no_24, early, "trained") is None
+    needs_large()
+    assert trained_export.refusal(no_24, small, "trained-large") is None
+    assert trained_export.refusal(no_24, early, "trained-large") is None
+    # vLLM's own declaration: its draft-small refused on the committed pair only
+    vllm = engines.get("vllm")
+    assert "head_dim=24" in trained_export.refusal(vllm, vllm.method("draft-small"), "trained")
+    assert trained_export.refusal(vllm, vllm.method("draft-small"), "trained-large") is None
+
+
+def test_an_unmade_large_pair_or_an_unknown_models_is_refused_before_starting(tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setitem(trained_export.PAIRS, "trained-large", tmp_path / "nowhere")
+    lines = []
+    outcome = launcher.run("fake", "draft-early-exit", models="trained-large",
+                           run_dir=tmp_path / "run", say=lines.append)
+    assert outcome.exit == 3 and outcome.verdict == "SETUP"
+    assert "make models-large" in outcome.text and "nowhere" in outcome.text
+    assert not (tmp_path / "run").exists()     # nothing exported, nothing started
+    outcome = launcher.run("fake", "draft-early-exit", models="large", run_dir=tmp_path / "run",
+                           say=lines.append)
+    assert outcome.exit == 3 and "models='large'" in outcome.text
+    assert "choose kit, trained or trained-large" in lines[-1]
+    with pytest.raises(ValueError, match="models='large'"):
+        trained_export.pair_of("large")
+
+
+def test_the_page_and_the_launcher_know_the_same_trained_pairs():
+    from properties.report import grid
+    assert grid.TRAINED_MODELS == tuple(trained_export.PAIRS)
+
+
 def test_trained_only_methods_are_refused_on_the_kits_models(tmp_path):
     outcome = launcher.run("llamacpp", "draft-small", run_dir=tmp_path, say=lambda _: None)
     assert outcome.exit == 3 and "--models trained" in outcome.text
@@ -135,14 +197,26 @@ def test_results_and_grid_keep_trained_runs_beside_the_kits(tmp_path):
          "exact_accepted": 125, "tokens_per_target_call": 2.59}
     trained_run = dict(kit, models="trained", trained=t, speed={"speedup": 1.31},
                        verdict="CONFORMANT")
+    large = {"engine_drafted": 200, "engine_accepted": 150, "exact_drafted": 200,
+             "exact_accepted": 150, "tokens_per_target_call": 3.1}
+    large_run = dict(kit, models="trained-large", trained=large, speed={"speedup": 1.87},
+                     verdict="CONFORMANT")
     results = tmp_path / "engines.json"
     launcher.results_append(results, kit)
     launcher.results_append(results, trained_run)
-    assert len(json.loads(results.read_text())) == 2
+    launcher.results_append(results, large_run)     # beside the committed pair's, not over it
+    assert len(json.loads(results.read_text())) == 3
     table = results.with_suffix(".md").read_text()
     assert "| 125 / 280 (0.446) | 125 / 280 (0.446) | 2.59 | 1.31x |" in table
+    # each trained row names its pair; the kit's table has neither
+    assert "| draft-early-exit | trained |" in table
+    assert "| draft-early-exit | trained-large |" in table
+    assert "| 150 / 200 (0.750) | 150 / 200 (0.750) | 3.10 | 1.87x |" in table
+    kit_rows = table.split("The trained pairs")[0]
+    assert kit_rows.count("| fake |") == 1
     page = grid.render(json.loads(results.read_text()), tmp_path)
     assert "The trained pair" in page and "2.59" in page and "1.31x" in page
+    assert "(trained-large)" in page and "3.10" in page and "1.87x" in page
 
 
 def test_a_refused_run_adds_nothing_to_the_results_file(tmp_path):

@@ -3,6 +3,7 @@ server that dies at a chosen request, restart, counters, verdict) in seconds, no
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ from reference.penalties import OPENAI
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
     Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
-    # the trained pair (--models trained): its early exit or small draft, k = 4 per round
+    # a trained pair (--models trained, trained-large): its early exit or small draft, k = 4
+    # per round
     Method("draft-early-exit", "the trained pair's early exit (--models trained)",
            "draft-early-exit"),
     Method("draft-small", "the trained pair's small draft (--models trained)", "draft-small"),
@@ -47,14 +49,38 @@ def serves_trained(export_dir) -> bool:
     return exported.is_file() and exported.read_text() == (TRAINED_DIR / "tokenizer.json").read_text()
 
 
+def trained_pair_dir(export_dir) -> Path | None:
+    """The directory of the trained pair the export was made from, or None (not a trained
+    export). Both pairs carry the same tokenizer, so the target's shape tells them apart (the
+    weight-bound pair's is larger by design); the committed pair when none matches."""
+    if not serves_trained(export_dir):
+        return None
+    from properties.export.trained import PAIRS
+
+    def shape(config):
+        c = json.loads(config.read_text())
+        return c["hidden_size"], c["num_hidden_layers"], c["head_dim"]
+
+    exported = shape(Path(export_dir) / "target" / "config.json")
+    for path in PAIRS.values():
+        config = path / "target" / "config.json"
+        if config.is_file() and shape(config) == exported:
+            return path
+    return PAIRS["trained"]
+
+
 def command(env, export_dir, method, port) -> Command:
     argv = [sys.executable, "-m", "properties.engines.fake_server", "--port", str(port)]
     behaviour = BEHAVIOUR.get(method.name) if method is not None else None
     if behaviour:
         argv += ["--behaviour", behaviour]
-    if serves_trained(export_dir):
+    pair_dir = trained_pair_dir(export_dir)
+    if pair_dir is not None:
         draft = "none" if method is None else "target" if method.draft == "perfect" else method.draft
         argv += ["--trained", draft]
+        from reference.pretrained import TRAINED_DIR
+        if pair_dir != TRAINED_DIR:     # the committed pair's command line stays as it was
+            argv += ["--trained-dir", str(pair_dir)]
     elif method is not None and method.name in TRAINED_ONLY:
         # the server says so and exits: the launcher reports it from the log (a command line
         # is still made, for the recipes and the interface's test)

@@ -26,6 +26,8 @@ With `trained` (``--trained DRAFT``) it serves the committed trained pair instea
 token ids only: the float64 trained target, speculating with DRAFT (draft-early-exit,
 draft-small, target; "none": the baseline) k = 4 per round, its /metrics counting what its
 rounds drafted and accepted (behaviours "wrong_token" and "partial_accept" apply there too).
+With `trained_dir` (``--trained-dir DIR``) the pair at DIR instead of the committed one (the
+weight-bound pair of --models trained-large).
 
 Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
 `fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
@@ -57,11 +59,12 @@ K = 4
 class FakeServer:
     """``with FakeServer(behaviour) as fake: fake.url`` (http://127.0.0.1:PORT/v1)."""
 
-    def __init__(self, behaviour=None, delay: float = 2.0, trained: str | None = None):
+    def __init__(self, behaviour=None, delay: float = 2.0, trained: str | None = None,
+                 trained_dir=None):
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour={behaviour!r}: choose from {BEHAVIOURS}")
         self.behaviour = behaviour
-        self.trained = None if trained is None else TrainedSpeculator(trained)
+        self.trained = None if trained is None else TrainedSpeculator(trained, trained_dir)
         self.delay = delay
         self.drafted = 0
         self.accepted = 0
@@ -306,14 +309,15 @@ class FakeServer:
 
 
 class TrainedSpeculator:
-    """The committed trained pair in float64: greedy decoding, speculative with `draft`: the
-    first token from the prefill, then rounds of K greedy proposals (K also when fewer tokens
-    remain: the "full" schedule), each verified by one target forward over the context and the
-    proposals, committing the agreeing prefix and the target's next token."""
+    """The committed trained pair (or the pair at `path`) in float64: greedy decoding,
+    speculative with `draft`: the first token from the prefill, then rounds of K greedy
+    proposals (K also when fewer tokens remain: the "full" schedule), each verified by one
+    target forward over the context and the proposals, committing the agreeing prefix and the
+    target's next token."""
 
-    def __init__(self, draft: str):
-        from reference.pretrained import load
-        pair = load(torch.float64)
+    def __init__(self, draft: str, path=None):
+        from reference.pretrained import load, load_dir
+        pair = load(torch.float64) if path is None else load_dir(path, torch.float64)
         self.target = pair.target
         self.vocab = pair.target.config.vocab_size
         choices = {"none": None, "target": pair.target, "draft-small": pair.small,
@@ -370,14 +374,16 @@ def main(argv=None) -> int:
     parser.add_argument("--behaviour", default=None, choices=[b for b in BEHAVIOURS if b])
     parser.add_argument("--trained", default=None, metavar="DRAFT",
                         help="serve the trained pair, speculating with DRAFT (none: baseline)")
+    parser.add_argument("--trained-dir", default=None, metavar="DIR",
+                        help="with --trained: the pair at DIR (default the committed pair)")
     parser.add_argument("--trained-only", default=None, metavar="METHOD",
                         help="refuse to start: METHOD serves the trained pair only")
     args = parser.parse_args(argv)
     if args.trained_only:
         print(f"the fake's method {args.trained_only} serves the trained pair only: pass "
-              f"--models trained", flush=True)
+              f"--models trained or --models trained-large", flush=True)
         return 2
-    fake = FakeServer(args.behaviour, trained=args.trained)
+    fake = FakeServer(args.behaviour, trained=args.trained, trained_dir=args.trained_dir)
     fake.port = args.port
     with fake:
         print(f"fake engine ({args.behaviour or 'correct'}) on {fake.url}", flush=True)

@@ -56,7 +56,8 @@ METHODS = {m.name: m for m in (
     Method("draft-random", "draft model: an independent random model", "draft-random", K),
     Method("perfect-draft", "draft model: the target itself", "perfect", K),
     Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", "ngram", K),
-    # the trained pair's small draft (--models trained): refused, its head size is 24
+    # a trained pair's small draft: refused with --models trained (its head size is 24), not
+    # with --models trained-large (head size 32)
     Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
            "draft-small", K),
 )}

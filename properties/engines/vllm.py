@@ -29,7 +29,8 @@ METHODS = {m.name: m for m in (
     Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
            "perfect", K),
     Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", "ngram", K),
-    # the trained pair's separately trained draft (--models trained): refused, head_dim 24
+    # a trained pair's separately trained draft: refused with --models trained (head_dim 24),
+    # served with --models trained-large (the weight-bound pair's draft: head_dim 32)
     Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
            "draft-small", K),
 )}

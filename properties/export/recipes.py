@@ -72,12 +72,15 @@ DRAFT_METHOD = "draft-early-exit"
 TRAINED_DRAFTS = {"draft-small": "the small trained draft", "draft-early-exit": "early exit"}
 
 
-def describe_trained(directory) -> str:
-    """Serving commands for the trained export (speed and acceptance only: the kit's law checks
-    need the kit's own export), from the engines' own command lines: each trained draft as the
-    draft model of the draft-model method, for every engine that runs here and has one."""
+def describe_trained(directory, models: str = "trained") -> str:
+    """Serving commands for the trained export of the pair `models` names (trained: the
+    committed pair; trained-large: the weight-bound one; speed and acceptance only: the kit's
+    law checks need the kit's own export), from the engines' own command lines: each trained
+    draft as the draft model of the draft-model method, for every engine that runs here and
+    has one. The commands are the same for both pairs (same folders); only the heading differs."""
     root = Path(directory)
-    lines = ["# the trained pair: time speculation on models where it pays (served law checks "
+    pair = "the trained pair" if models == "trained" else f"the {models} pair"
+    lines = [f"# {pair}: time speculation on models where it pays (served law checks "
              "use `export DIR` without --models)"]
     for name in engines.ENGINES:
         engine = engines.get(name)

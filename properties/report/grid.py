@@ -81,16 +81,28 @@ def _parameters(runs: list) -> str:
             f"<table><tr><th>engine / method</th>{head}</tr>{''.join(rows)}</table>")
 
 
+# the --models choices that run the trained check instead of the served families (the pairs of
+# properties/export/trained.py PAIRS, named here so that the page needs no torch)
+TRAINED_MODELS = ("trained", "trained-large")
+
+
+def on_trained_pair(run: dict) -> bool:
+    """The run was on a trained pair (the committed one or the weight-bound one)."""
+    return run.get("models") in TRAINED_MODELS
+
+
 def _trained(runs: list, base: Path) -> str:
-    """The runs on the trained pair (--models trained): acceptance by the engine's counters
-    beside the exact replay, tokens per target call, speed-up, verdict."""
-    trained = [r for r in runs if r.get("models") == "trained"]
+    """The runs on the trained pairs (--models trained, trained-large): acceptance by the
+    engine's counters beside the exact replay, tokens per target call, speed-up, verdict; each
+    row names its pair."""
+    trained = [r for r in runs if on_trained_pair(r)]
     if not trained:
         return ""
     rows = []
     for run in trained:
         t, speed = run.get("trained") or {}, (run.get("speed") or {}).get("speedup")
-        name = f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])}"
+        name = (f"{esc(run['engine'])} {esc(run.get('version', ''))} / {esc(run['method'])} "
+                f"({esc(run['models'])})")
         figures = []
         for who in ("engine", "exact"):
             d, a = t.get(f"{who}_drafted"), t.get(f"{who}_accepted")
@@ -103,7 +115,8 @@ def _trained(runs: list, base: Path) -> str:
                     f"<td>{'' if speed is None else f'{speed:.2f}x'}</td>"
                     f'<td data-state="{state}" style="background:{COLOURS[state]}">'
                     f"{esc(run.get('verdict_text', ''))}</td></tr>")
-    return ("<h2>The trained pair (--models trained: greedy requests on held-out prompts)</h2>"
+    return ("<h2>The trained pairs (--models trained, trained-large: greedy requests on held-out "
+            "prompts)</h2>"
             "<table><tr><th>engine / method</th><th>accepted / drafted: engine</th>"
             "<th>accepted / drafted: exact replay</th><th>tokens per target call</th>"
             "<th>speed-up</th><th>verdict</th></tr>" + "".join(rows) + "</table>")
@@ -112,7 +125,7 @@ def _trained(runs: list, base: Path) -> str:
 def render(runs: list, base: Path) -> str:
     rows = []
     for run in runs:
-        if run.get("models") == "trained":
+        if on_trained_pair(run):
             continue
         report = run.get("report")
         link = os.path.relpath(report, base) if report and Path(report).exists() else None
@@ -134,7 +147,7 @@ def render(runs: list, base: Path) -> str:
             f'<p class="legend">{legend}</p><table><tr><th>engine / method</th>'
             + "".join(f"<th>{f}</th>" for f in FAMILIES)
             + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table>"
-            + _parameters([r for r in runs if r.get("models") != "trained"])
+            + _parameters([r for r in runs if not on_trained_pair(r)])
             + _trained(runs, base) + "</body></html>")
 
 

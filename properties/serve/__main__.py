@@ -1,4 +1,6 @@
-"""``python -m properties.serve export DIR``: write the served models, print the recipes.
+"""``python -m properties.serve export DIR``: write the served models, print the recipes
+(``--models trained`` or ``--models trained-large``: a trained pair instead, the committed one or
+the weight-bound one of `make models-large`).
 
 ``python -m properties.serve recipes DIR`` prints the recipes for an existing export.
 """
@@ -11,6 +13,7 @@ import sys
 from properties import engines
 from properties.export import kit as export
 from properties.export import recipes
+from properties.export import trained as trained_export
 from properties.models import served as models
 
 
@@ -21,10 +24,11 @@ def main(argv=None) -> int:
     write = commands.add_parser("export", help="write the served models as HF directories "
                                                "into DIR and print the serving commands")
     write.add_argument("directory", metavar="DIR")
-    write.add_argument("--models", choices=("kit", "trained"), default="kit",
+    write.add_argument("--models", choices=("kit", *trained_export.PAIRS), default="kit",
                        help="kit: the kit's exact-vocabulary models (every served check); "
                             "trained: the committed trained pair (speed and acceptance on "
-                            "models where speculation pays)")
+                            "models where speculation pays); trained-large: the weight-bound "
+                            "trained pair (reference/trained-large, made by `make models-large`)")
     show = commands.add_parser("recipes", help="print the serving commands for DIR")
     show.add_argument("directory", metavar="DIR")
     go = commands.add_parser("run", help="start ENGINE with METHOD and its baseline, judge "
@@ -42,10 +46,12 @@ def main(argv=None) -> int:
     go.add_argument("--allow-unvalidated", action="store_true",
                     help="run on an engine version the kit's dialects were not recorded from")
     go.add_argument("--no-speed", action="store_true", help="skip the speed-up measurement")
-    go.add_argument("--models", choices=("kit", "trained"), default="kit",
+    go.add_argument("--models", choices=("kit", *trained_export.PAIRS), default="kit",
                     help="kit: the kit's models and its served families; trained: the committed "
                          "trained pair, checked on greedy output and exact acceptance, with the "
-                         "speed-up (properties/serve/trained.py)")
+                         "speed-up (properties/serve/trained.py); trained-large: the same on the "
+                         "weight-bound pair (`make models-large`), where the target's weights "
+                         "make speculation pay")
     go.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
                     help="start no test after SECONDS of tests: the run ends with the tests "
                          "reached, INCOMPLETE (or NOT CONFORMANT on what was reached), and says "
@@ -67,21 +73,27 @@ def main(argv=None) -> int:
             args.families = run.SERVED_FAMILIES
         return run.main(args)
     if args.command == "export":
-        if args.models == "trained":
-            from properties.export import trained as chosen
-        else:
-            chosen = export
+        trained = args.models in trained_export.PAIRS
+        if trained:
+            # a pair not made yet (trained-large is not committed) is no fault of DIR: said
+            # apart, with the make target that makes it
+            try:
+                trained_export.pair_of(args.models)
+            except FileNotFoundError as exc:
+                print(f"error: --models {args.models}: {exc}", file=sys.stderr)
+                return 2
         try:
-            paths = chosen.export(args.directory)
+            paths = (trained_export.export(args.directory, models=args.models) if trained
+                     else export.export(args.directory))
         except (OSError, FileNotFoundError) as exc:
             print(f"error: cannot write DIR={args.directory!r}: {exc}", file=sys.stderr)
             return 2
-        described = chosen.MODELS if args.models == "trained" else models.MODELS
+        described = trained_export.DESCRIPTIONS[args.models] if trained else models.MODELS
         for name, path in paths.items():
             print(f"# {name}: {path}  ({described[name]})")
         print()
-        if args.models == "trained":
-            print(recipes.describe_trained(args.directory))
+        if trained:
+            print(recipes.describe_trained(args.directory, args.models))
             return 0
     print(recipes.describe(args.directory))
     return 0

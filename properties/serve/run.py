@@ -26,6 +26,7 @@ from pathlib import Path
 from properties.report import collect
 from properties import engines
 from properties.export import kit as export
+from properties.export import trained as trained_export
 from properties.serve import deaths, speed
 from properties.engines import EngineMissing
 from properties.serve.server import LaunchError, Server
@@ -229,14 +230,16 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
     except KeyError as exc:
         say(f"error: {exc.args[0]}")
         return Outcome("SETUP", str(exc.args[0]), 3)
-    if models not in ("kit", "trained"):
-        say(f"error: models={models!r}: choose kit or trained")
+    trained_run = models in trained_export.PAIRS     # "trained" or "trained-large"
+    if models != "kit" and not trained_run:
+        say(f"error: models={models!r}: choose kit, {' or '.join(trained_export.PAIRS)}")
         return Outcome("SETUP", f"models={models!r}", 3)
-    # the trained pair (properties/serve/trained.py): a shape the engine cannot run is refused
-    # here, before anything starts, naming the model, its head_dim and the engine
-    refused = _trained_refusal(engine, method) if models == "trained" else (
-        f"method {method.name} drafts with the trained pair's small draft: pass --models trained"
-        if method.draft == "draft-small" else None)
+    # a trained pair (properties/serve/trained.py): a shape the engine cannot run is refused
+    # here, before anything starts, naming the model, its head_dim and the engine; the answer
+    # depends on the pair (the committed small draft's head_dim is 24, the large pair's 32)
+    refused = _trained_refusal(engine, method, models) if trained_run else (
+        f"method {method.name} drafts with the trained pair's small draft: pass --models trained "
+        f"or --models trained-large" if method.draft == "draft-small" else None)
     if refused:
         say(f"error: {refused}")
         return Outcome("SETUP", refused, 3)
@@ -254,15 +257,15 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
         say(f"error: {text}")
         return Outcome("SETUP", text, 3)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    tag = "-trained" if models == "trained" else ""
+    tag = f"-{models}" if trained_run else ""      # -trained, -trained-large
     run_dir = Path(run_dir or ROOT / "runs" / f"{engine.name}-{method.name}{tag}-{stamp}")
     run_dir.mkdir(parents=True, exist_ok=True)
     say(f"[kit] {engine.title} {version}, method {method.name} ({method.description}); run "
         f"directory {run_dir}")
     export_dir = run_dir / "export"
-    if models == "trained":
-        from properties.export import trained as trained_export
-        trained_export.export(export_dir, method)   # the target and this method's draft
+    if trained_run:
+        # the target and this method's draft, of the pair `models` names
+        trained_export.export(export_dir, method, models)
     else:
         export.export(export_dir)
     if engine.prepare is not None:
@@ -284,10 +287,10 @@ def run(engine_name: str, method_name: str, *, run_dir=None, known_path=None,
             say(f"[kit] starting {server.name} (health within {server.start_timeout:g} s)")
             server.start()
             say(f"[kit] {server.name} answers at {server.url} (log {server.log_path})")
-        if models == "trained":
+        if trained_run:
             from properties.serve import trained
             outcome = Outcome(*trained.run_check(engine, method, spec, base, record, say,
-                                                 measure_speed))
+                                                 measure_speed, models))
             record.update(verdict=outcome.verdict, verdict_text=outcome.text)
         else:
             launcher = Launcher(engine, method, spec, base, say, time_limit)
@@ -361,14 +364,16 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _trained_refusal(engine, method) -> str | None:
-    """Why `engine` cannot run `method` on the trained pair (a draft it does not have, a head
-    size the engine's attention refuses), or None."""
-    from properties.export import trained as trained_export
+def _trained_refusal(engine, method, models: str = "trained") -> str | None:
+    """Why `engine` cannot run `method` on the pair `models` names (a draft it does not have, a
+    head size the engine's attention refuses, a pair not made yet), or None."""
     try:
-        return trained_export.refusal(engine, method)
+        trained_export.pair_of(models)   # a pair not made yet: said before anything starts
+        return trained_export.refusal(engine, method, models)
     except KeyError as exc:
         return str(exc.args[0])
+    except FileNotFoundError as exc:    # trained-large before `make models-large`
+        return str(exc)
 
 
 def _families(summary: dict) -> dict:
@@ -442,12 +447,12 @@ def markdown(runs) -> str:
     lines = ["| engine | version | method | date | " + " | ".join(families) +
              " | drafted / accepted | speed-up | verdict |",
              "|" + " --- |" * (len(families) + 7)]
-    from properties.report.grid import cell
-    trained = [r for r in runs if r.get("models") == "trained"]
+    from properties.report.grid import cell, on_trained_pair
+    trained = [r for r in runs if on_trained_pair(r)]
     if len(trained) == len(runs):
         lines = []      # trained runs only: their own table below
     for r in runs:
-        if r.get("models") == "trained":
+        if on_trained_pair(r):
             continue
         cells = [cell(r, f)[1] for f in families]
         s = r.get("speculation") or {}
@@ -457,15 +462,19 @@ def markdown(runs) -> str:
                      f" | {s.get('drafted', 0):g} / {s.get('accepted', 0):g} | "
                      f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
     if trained:
-        title = ("The trained pair (`--models trained`: greedy requests on held-out prompts; "
+        # the pair column: the same engine and method give other figures on the other pair
+        title = ("The trained pairs (`--models trained`: the committed pair; `--models "
+                 "trained-large`: the weight-bound pair; greedy requests on held-out prompts; "
                  "acceptance = accepted / drafted tokens)")
         lines += ([""] if lines else []) + [title, "",
-                  "| engine | version | method | date | acceptance: engine | acceptance: exact |"
-                  " tokens per target call | speed-up | verdict |", "|" + " --- |" * 9]
+                  "| engine | version | method | pair | date | acceptance: engine | "
+                  "acceptance: exact | tokens per target call | speed-up | verdict |",
+                  "|" + " --- |" * 10]
         for r in trained:
             t, sp = r.get("trained") or {}, r.get("speed") or {}
             lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
-                         f"{r.get('date', '')} | {_ratio(t, 'engine')} | {_ratio(t, 'exact')} | "
+                         f"{r['models']} | {r.get('date', '')} | {_ratio(t, 'engine')} | "
+                         f"{_ratio(t, 'exact')} | "
                          f"{_number(t.get('tokens_per_target_call'))} | "
                          f"{_number(sp.get('speedup'), 'x')} | {r.get('verdict_text', '')} |")
     return "\n".join(lines) + "\n"

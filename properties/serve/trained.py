@@ -1,5 +1,8 @@
 """``python -m properties.serve run ENGINE METHOD --models trained``: a production engine on the
-committed trained pair, where speculation pays, judged on what still has an exact answer.
+committed trained pair, where speculation pays, judged on what still has an exact answer;
+``--models trained-large``: the same run on the weight-bound pair of `make models-large`
+(properties/export/trained.py PAIRS), whose target is large enough for speculation to pay in
+time too. Every function below takes the pair's name (`models`, default the committed pair).
 
 The kit's law families need its own 32-token models (their laws are enumerable); on the trained
 pair (2,048 tokens) the run checks instead, over greedy requests on held-out prompts (Python
@@ -33,7 +36,7 @@ from properties.adapters.served import LOGIT_TOLERANCE
 from properties.checks.served import greedy_divergence
 from properties.export import trained as export
 
-# held-out prompts of the committed pair (reference/trained/heldout.json: 48 tokens each) and
+# held-out prompts of the pair (its heldout.json: 48 tokens each; both pairs share them) and
 # the greedy tokens asked per request
 PROMPTS = 4
 TOKENS = 48
@@ -42,12 +45,12 @@ TOKENS = 48
 # ----------------------------------------------------------------- the float64 trained pair
 
 class Pair:
-    """The trained target and the draft of one method in float64, forwards without reuse (the
-    requests are few and short: each call is one forward over the whole sequence)."""
+    """The trained target and the draft of one method in float64 (of the pair `models` names),
+    forwards without reuse (the requests are few and short: each call is one forward over the
+    whole sequence)."""
 
-    def __init__(self, draft: str | None):
-        from reference.pretrained import load
-        pair = load(torch.float64)
+    def __init__(self, draft: str | None, models: str = "trained"):
+        pair = export.pair_of(models, torch.float64)
         self.target = pair.target
         self.draft = {None: None, "target": pair.target, "draft-small": pair.small,
                       "draft-early-exit": pair.early_exit()}[draft]
@@ -80,14 +83,14 @@ class Pair:
 
 
 @lru_cache(maxsize=4)
-def pair(draft: str | None) -> Pair:
-    return Pair(draft)
+def pair(draft: str | None, models: str = "trained") -> Pair:
+    return Pair(draft, models)
 
 
-def prompts(n: int = PROMPTS) -> list[tuple]:
-    """The first n held-out prompts of the committed pair (token ids of the trained tokenizer)."""
-    from reference.pretrained import load
-    return [tuple(p) for p in load(torch.float32).prompts()[:n]]
+def prompts(n: int = PROMPTS, models: str = "trained") -> list[tuple]:
+    """The first n held-out prompts of the pair `models` names (token ids of the trained
+    tokenizer)."""
+    return [tuple(p) for p in export.pair_of(models, torch.float32).prompts()[:n]]
 
 
 # ----------------------------------------------------------------- (b): the exact replay
@@ -142,20 +145,21 @@ def target_calls(e: acceptance.Expected, produced: int, schedule: str) -> int:
 # ----------------------------------------------------------------- the check
 
 def check(engine, method, spec_url: str, base_url: str | None, say=print,
-          n_prompts: int = PROMPTS, max_tokens: int = TOKENS) -> dict:
+          n_prompts: int = PROMPTS, max_tokens: int = TOKENS, models: str = "trained") -> dict:
     """(a) and (b) over `n_prompts` greedy requests of `max_tokens`, one at a time, to the
-    speculating server (its counters read around each) and to the baseline. Returns the
-    record's "trained" entry: per request, totals, failures (empty: conformant)."""
+    speculating server (its counters read around each) and to the baseline, against the pair
+    `models` names (the one the servers were given). Returns the record's "trained" entry: per
+    request, totals, failures (empty: conformant)."""
     dialect = engine.dialect_for(method)
     client = Client(spec_url, dialect=dialect, timeout=600, concurrency=1)
     base = (Client(base_url, dialect=engine.dialect_for(None), timeout=600, concurrency=1)
             if base_url else None)
     draft = export.draft_of(method)
     replayed = draft is not None and engine.schedule is not None
-    ref = pair(draft)
+    ref = pair(draft, models)
     tol = LOGIT_TOLERANCE
     requests, failures = [], []
-    for i, prompt in enumerate(prompts(n_prompts)):
+    for i, prompt in enumerate(prompts(n_prompts, models)):
         req = Request(prompt, max_tokens)
         entry = {"prompt": i, "prompt_tokens": len(prompt)}
         try:
@@ -234,16 +238,16 @@ def totals(requests: list, replayed: bool) -> dict:
     return out
 
 
-def verdict(result: dict) -> tuple[str, str, int]:
-    """(verdict, text, exit status) of a trained run from its check."""
+def verdict(result: dict, models: str = "trained") -> tuple[str, str, int]:
+    """(verdict, text, exit status) of a run on the pair `models` names from its check."""
     if result["failures"]:
         return ("NOT CONFORMANT", f"NOT CONFORMANT: {len(result['failures'])} failure(s) of "
                                   f"the trained check", 1)
     if not result.get("engine_drafted"):
         return ("NOT SHOWN", "no failure, but the engine's counters show no drafted token on "
-                             "the trained pair", 1)
+                             f"the {models} pair", 1)
     shown = "greedy and acceptance" if result["replayed"] else "greedy (acceptance not replayed)"
-    return "CONFORMANT", f"CONFORMANT ({shown} on the trained pair)", 0
+    return "CONFORMANT", f"CONFORMANT ({shown} on the {models} pair)", 0
 
 
 def describe(record: dict) -> list[str]:
@@ -251,7 +255,8 @@ def describe(record: dict) -> list[str]:
     t = record.get("trained") or {}
     if not t:
         return []
-    lines = [f"trained pair: {len(t['requests'])} greedy requests of {t['max_tokens']} tokens "
+    models = record.get("models") or "trained"
+    lines = [f"{models} pair: {len(t['requests'])} greedy requests of {t['max_tokens']} tokens "
              f"on held-out prompts, k={t['k']}, draft {t['draft']}"]
     if t.get("engine_drafted") is not None:
         lines.append(f"acceptance (engine counters): {t['engine_accepted']:g} of "
@@ -268,11 +273,12 @@ def describe(record: dict) -> list[str]:
     return lines
 
 
-def run_check(engine, method, spec, base, record: dict, say, measure_speed: bool):
-    """The trained run's body between starting and stopping the servers: fills `record`,
-    returns (verdict, text, exit)."""
+def run_check(engine, method, spec, base, record: dict, say, measure_speed: bool,
+              models: str = "trained"):
+    """The trained run's body between starting and stopping the servers (serving the pair
+    `models` names): fills `record`, returns (verdict, text, exit)."""
     from properties.serve import speed
-    result = check(engine, method, spec.url, base.url, say=say)
+    result = check(engine, method, spec.url, base.url, say=say, models=models)
     record["trained"] = result
     record["speculation"] = {"drafted": result.get("engine_drafted") or 0,
                              "accepted": result.get("engine_accepted") or 0,
@@ -280,5 +286,5 @@ def run_check(engine, method, spec, base, record: dict, say, measure_speed: bool
                                        "requests"}
     if measure_speed:
         record["speed"] = speed.measure(engine, spec, base, say=say, method=method,
-                                        prompts=prompts(), tokens=TOKENS)
-    return verdict(result)
+                                        prompts=prompts(models=models), tokens=TOKENS)
+    return verdict(result, models)
