@@ -17,9 +17,11 @@ METHODS = {m.name: m for m in (
     Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
     # a trained pair (--models trained, trained-large): its early exit or small draft, k = 4
     # per round
-    Method("draft-early-exit", "the trained pair's early exit (--models trained)",
+    Method("draft-early-exit", "a trained pair's early exit "
+                               "(--models trained or trained-large)",
            "draft-early-exit"),
-    Method("draft-small", "the trained pair's small draft (--models trained)", "draft-small"),
+    Method("draft-small", "a trained pair's small draft (--models trained or trained-large)",
+           "draft-small"),
 )}
 # its speculation counters, on its /metrics page (properties/engines/fake_server.py)
 DRAFTED = "kit_fake_drafted_tokens_total"

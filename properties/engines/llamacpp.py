@@ -32,7 +32,7 @@ METHODS = {m.name: m for m in (
     Method("perfect-draft", "draft model (draft-simple): the target itself", "perfect", K),
     Method("ngram", "n-gram drafting from the context (ngram-simple)", "ngram", K),
     Method("draft-small", "draft model (draft-simple): the trained pair's small draft "
-                          "(--models trained)", "draft-small", K),
+                          "(--models trained or trained-large)", "draft-small", K),
 )}
 # server slots: requests answered concurrently, as llama-server's default (auto) gives on a
 # small machine; the served_batch family compares answers inside a batch with answers alone

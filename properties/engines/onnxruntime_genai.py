@@ -58,7 +58,8 @@ METHODS = {m.name: m for m in (
     Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", "ngram", K),
     # a trained pair's small draft: refused with --models trained (its head size is 24), not
     # with --models trained-large (head size 32)
-    Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
+    Method("draft-small", "draft model: a trained pair's small draft "
+                          "(--models trained or trained-large)",
            "draft-small", K),
 )}
 FOLDER = "onnxruntime-genai"     # its converted models, beside the export

@@ -78,7 +78,8 @@ def _methods() -> dict:
             ("draft-random", "draft model: an independent random model", "draft-random"),
             ("perfect-draft", "draft model: the target itself", "perfect"),
             ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})", "ngram"),
-            ("draft-small", "draft model: the trained pair's small draft (--models trained)",
+            ("draft-small", "draft model: a trained pair's small draft "
+                            "(--models trained or trained-large)",
              "draft-small"))
     found = {}
     for name, description, draft in base:

@@ -31,7 +31,8 @@ METHODS = {m.name: m for m in (
     Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", "ngram", K),
     # a trained pair's separately trained draft: refused with --models trained (head_dim 24),
     # served with --models trained-large (the weight-bound pair's draft: head_dim 32)
-    Method("draft-small", "draft model: the trained pair's small draft (--models trained)",
+    Method("draft-small", "draft model: a trained pair's small draft "
+                          "(--models trained or trained-large)",
            "draft-small", K),
 )}
 # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes (0.32.0):
