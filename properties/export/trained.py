@@ -6,7 +6,7 @@ Two pairs, same tokenizer, held-out prompts and folder layout (`PAIRS`):
 - `trained`: the committed pair (reference/trained: a 6-layer 1.4M-parameter target, its small
   draft with head_dim 24);
 - `trained-large`: the weight-bound pair that `make models-large` writes (reference/trained-large,
-  not committed: an 8-layer 15M-parameter target, hidden 384, and its own small draft with
+  committed: an 8-layer 15M-parameter target, hidden 384, and its own small draft with
   head_dim 32), where a target forward costs enough memory traffic for speculation to pay.
 
 DIR/target (the trained target), DIR/draft-small (the separately trained 1-layer draft) and
@@ -24,6 +24,7 @@ engine, for every pair that fails (`unservable`), and
 ``python -m properties.serve run ENGINE METHOD --models trained`` refuses before starting
 anything (`refusal`), on whichever pair `--models` names.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,7 @@ def check_models(models: str) -> str:
 def pair_of(models: str = "trained", dtype=torch.float32) -> TrainedPair:
     """The pair `models` names, in `dtype` (cached: the launcher's refusal, its export and the
     check each ask for it). FileNotFoundError naming `make models-large` when the weight-bound
-    pair has not been made (it is not committed)."""
+    pair's directory is missing (a checkout without it, or a path pointed elsewhere)."""
     if check_models(models) == "trained":
         return load(dtype)       # the committed pair, cached by reference.pretrained
     return _load_made(models, PAIRS[models], dtype)
