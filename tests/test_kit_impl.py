@@ -246,16 +246,33 @@ def test_kit_trained_names_a_directory_that_is_not_one(tmp_path):
 
 
 def test_kit_trained_runs_the_trained_properties_on_the_large_pair(tmp_path):
-    """The weight-bound pair (make models-large) through the trained greedy property: the run
-    says which models it used, and the kit's verdict on the reference is CONFORMANT."""
+    """The weight-bound pair (make models-large) through the trained greedy property, in two
+    xdist workers as `make conformance-large` runs it: every call the engine gets is on the
+    large target (each worker applies the option before it collects), the run says which models
+    it used, and the verdict on the reference behind the chapter's API is CONFORMANT."""
     from reference.pretrained import LARGE_DIR
     if not (LARGE_DIR / "manifest.json").is_file():
         pytest.skip(f"no weight-bound pair at {LARGE_DIR}: run `make models-large`")
+    seen = tmp_path / "hidden_sizes.txt"
+    engine = write(tmp_path, "noting_engine.py", f"""
+        from reference import speculative
+        from reference.speculative import accept_or_correct
+
+        def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4,
+                                 temperature=0.0, stop_ids=(), generator=None):
+            with open({str(seen)!r}, "a") as notes:
+                notes.write(f"{{target.config.hidden_size}}\\n")
+            return speculative.speculative_generate(target, draft, prompt_ids, max_new_tokens,
+                                                    k=k, temperature=temperature,
+                                                    stop_ids=stop_ids, generator=generator)
+        """)
     out = tmp_path / "kit.json"
-    proc = kit("properties/test_greedy.py", "-k", "test_greedy_trained", "--impl=reference",
-               f"--kit-trained={LARGE_DIR}", f"--conformance-json={out}")
+    proc = kit("properties/test_greedy.py", "-k", "test_greedy_trained", f"--impl={engine}",
+               f"--kit-trained={LARGE_DIR}", f"--conformance-json={out}", "-n", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = json.loads(out.read_text())
     assert summary["trained_models"] == str(LARGE_DIR)
     assert summary["families"]["greedy"]["passed"] == 1 and summary["verdict"] == "CONFORMANT"
     assert f"trained models {LARGE_DIR} (--kit-trained)" in proc.stdout
+    sizes = seen.read_text().split()
+    assert sizes and set(sizes) == {"384"}, sizes     # the committed target's is 128
