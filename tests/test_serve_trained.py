@@ -4,7 +4,7 @@ failing on a wrong engine, the acceptance check failing on wrong counts, the hea
 before anything starts, and the results file and grid showing trained runs (about 25 s on 2
 cores: the end-to-end run starts two fake servers, each loading the pair in float64).
 
-`--models trained-large` (the weight-bound pair of `make models-large`, not committed): the same
+`--models trained-large` (the weight-bound pair of `make models-large`, committed): the same
 end-to-end run and the refusal that differs from the committed pair's, skipped where the pair
 has not been made."""
 

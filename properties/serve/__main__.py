@@ -75,8 +75,8 @@ def main(argv=None) -> int:
     if args.command == "export":
         trained = args.models in trained_export.PAIRS
         if trained:
-            # a pair not made yet (trained-large is not committed) is no fault of DIR: said
-            # apart, with the make target that makes it
+            # a pair whose directory is missing (a checkout without reference/trained-large)
+            # is no fault of DIR: said apart, with the make target that makes it
             try:
                 trained_export.pair_of(args.models)
             except FileNotFoundError as exc:
