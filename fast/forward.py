@@ -26,6 +26,7 @@ CUDA graph (fast/graphs.py) as long as `span` is fixed.
 import torch
 import torch.nn.functional as F
 
+from fast import fused
 from fast.cache import StaticCache
 from fast.rotary import apply_rotary, rotary_table
 from fast.small_m import linear
@@ -77,10 +78,29 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     alive (a graph holds raw pointers, not references).
     """
     s = weights.shape
+    if rotary is None:
+        rotary = rotary_table(s.head_dim, s.rope_theta, cache.capacity, weights.dtype, ids.device)
+    x = fused.decoder_layers(weights, cache, ids, slots, positions, mask, span, rotary)
+    if x is None:
+        x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary)
+    if logits_at is None:
+        return None
+    if isinstance(logits_at, str):
+        if logits_at == "last":
+            x = x[:, -1]
+        elif logits_at != "all":
+            raise ValueError(f"logits_at must be 'all', 'last', None or an index tensor, got {logits_at!r}")
+    else:
+        x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
+    return linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)
+
+
+def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary) -> torch.Tensor:
+    """The decoder layers as torch operations: x [B, T, hidden] before the final norm. The
+    definition fast/fused.cpp is checked against (tests/test_fast_fused.py)."""
+    s = weights.shape
     B, T = ids.shape
     H, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
-    if rotary is None:
-        rotary = rotary_table(D, s.rope_theta, cache.capacity, weights.dtype, ids.device)
     cos_table, sin_table = rotary
     cos = cos_table[positions][:, :, None, :]                            # [B, T, 1, D]
     sin = sin_table[positions][:, :, None, :]
@@ -106,13 +126,4 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
         h = rms_norm(x, layer.post_norm, s.eps)
         gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
         x.add_(linear(F.silu(gate, inplace=True).mul_(up), layer.down))
-    if logits_at is None:
-        return None
-    if isinstance(logits_at, str):
-        if logits_at == "last":
-            x = x[:, -1]
-        elif logits_at != "all":
-            raise ValueError(f"logits_at must be 'all', 'last', None or an index tensor, got {logits_at!r}")
-    else:
-        x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
-    return linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)
+    return x

@@ -1,6 +1,7 @@
 """The fast engine's CPU kernels, compiled on first use: fast/small_m.cpp (matmuls with few
-rows), fast/rejection.cpp (a round's speculative sampling decisions) and fast/lookup.cpp
-(prompt lookup's search), bound in fast/native.cpp.
+rows), fast/fused.cpp (a step's decoder layers in one call), fast/rejection.cpp (a round's
+speculative sampling decisions) and fast/lookup.cpp (prompt lookup's search), bound in
+fast/native.cpp.
 
 Built with torch's C++ extension builder (g++ and torch's headers; 30-40 s once on 2 cores, then
 cached under torch's extensions folder, keyed on the sources and flags) on an x86-64 CPU with
@@ -28,7 +29,7 @@ HERE = Path(__file__).parent
 # native.cpp includes the kernels' files (one translation unit); they are listed as well so
 # that a change to any of them gives the build a new version
 SOURCES = [HERE / "native.cpp"]
-INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp", HERE / "lookup.cpp"]
+INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp", HERE / "lookup.cpp", HERE / "fused.cpp"]
 # No floating-point contraction: the kernels' FMAs are their own intrinsics, and nothing else
 # may be fused, or an operation order (which the tests hold to the bit) would be the compiler's.
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]

@@ -2,7 +2,8 @@
 
 NAME is one of
 
-* ``reference`` (module ``reference.speculative``) or ``fast`` (module ``fast``);
+* ``reference`` (module ``reference.speculative``), ``fast`` (module ``fast``) or ``fast-eager``
+  (module ``fast.eager``: the fast engine without its fused CPU step);
 * a dotted module name, e.g. ``mypkg.spec``;
 * a path to a ``.py`` file, e.g. ``engine/speculative.py``;
 * any of those followed by ``:ATTR``, where ATTR names an attribute of the module: a class
@@ -37,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALIASES = {"reference": "reference.speculative", "fast": "fast",
+           # the fast engine with its steps run as torch operations, not one fused CPU call
+           "fast-eager": "fast.eager",
            # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
            "transformers": "properties.adapters.transformers",
            "transformers-lookup": "properties.adapters.transformers:PromptLookup"}

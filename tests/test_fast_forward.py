@@ -1,13 +1,28 @@
-"""The fast forward over the static batched cache gives the reference model's logits."""
+"""The fast forward over the static batched cache gives the reference model's logits, fused or
+eager."""
 
 import pytest
 import torch
 
+from fast import fused
 from fast.cache import StaticCache
 from fast.forward import forward, window_mask
 from fast.tree import TreeShape
 from fast.weights import model_weights
 from reference.model import EarlyExit, random_model
+
+
+@pytest.fixture(autouse=True, params=["fused", "eager"])
+def step_path(request):
+    """Every test here runs on both paths of a step: one fused native call (fast/fused.cpp,
+    where the CPU kernels build) and the eager loop of torch operations."""
+    if request.param == "fused":
+        from fast import native
+        reason = native.unsupported()
+        if reason is not None:
+            pytest.skip(f"the fused step cannot run here: {reason}")
+    with fused.enabled(request.param == "fused"):
+        yield request.param
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,284 @@
+// A model's decoder layers for a few rows on the CPU, in one call: the CPU counterpart of
+// replaying a captured CUDA graph.
+//
+// Why: on a CPU a small model's step is bound by per-operation overhead, not by arithmetic.
+// The eager forward (fast/forward.py) runs about 35 torch operations a layer, each a Python
+// call, a dispatch and an allocation (~13 us each on this project's CPUs, BENCHMARKS.md), so
+// a draft that is 10x smaller than its target is nowhere near 10x cheaper. Here a whole step
+// (embedding, and per layer: norm, q/k/v, q/k norms, rotary, cache write, attention, o, norm,
+// gate/up, SwiGLU, down, both residual adds) is plain loops over buffers allocated once per
+// call; the matmuls are small_m.cpp's blocks for float32 (8 rows at a time).
+//
+// It means what fast/forward.py's eager loop means, to rounding (tests/test_fast_fused.py);
+// the kit judges the engine with it (float64) against the reference.
+//
+// Batch invariance: every row's result is computed by the same operations in the same order
+// whatever the other rows are (norms and attention are per row and head; the float32 matmuls
+// are small_m.cpp's, which are batch invariant; the float64 ones a fixed per-row loop). So a
+// verify's row for a token is bit for bit the decode step of that token on the same cache.
+//
+// Contract (anything else answers nullopt and the caller runs the eager loop, which raises the
+// usual errors for bad input): CPU tensors, float32 or float64 weights, contiguous, no
+// gradient; ids, slots, positions int64 [B, T] with B * T <= MAX_ROWS; mask bool [B, T, span];
+// every id, slot and position in range; 7 tensors a layer in LayerWeights' order.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace fused {
+
+constexpr int64_t MAX_ROWS = 64;
+constexpr int PER_LAYER = 7;   // input_norm, qkv, qk_norm, o, post_norm, gate_up, down
+
+// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T, float32: small_m.cpp's blocks, 8 rows at
+// a time, weight rows split across threads as small_m's linear splits them.
+inline void matmul(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
+                   int64_t N) {
+    at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
+        const int64_t begin = first * GRAIN, end = std::min(N, last * GRAIN);
+        for (int64_t m0 = 0; m0 < M; m0 += 8) {
+            const int64_t rows = std::min<int64_t>(8, M - m0);
+            BLOCKS[rows - 1](x + m0 * ldx, ldx, w, y + m0 * N, K, N, begin, end);
+        }
+    });
+}
+
+// float64: four partial sums over k (ascending), added in one fixed order, then the tail.
+inline void matmul(const double* x, int64_t M, int64_t ldx, const double* w, double* y,
+                   int64_t K, int64_t N) {
+    at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t n = begin; n < end; ++n) {
+            const double* wn = w + n * K;
+            for (int64_t m = 0; m < M; ++m) {
+                const double* xm = x + m * ldx;
+                double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                int64_t k = 0;
+                for (; k + 4 <= K; k += 4) {
+                    a0 += xm[k] * wn[k];
+                    a1 += xm[k + 1] * wn[k + 1];
+                    a2 += xm[k + 2] * wn[k + 2];
+                    a3 += xm[k + 3] * wn[k + 3];
+                }
+                double s = (a0 + a1) + (a2 + a3);
+                for (; k < K; ++k) s += xm[k] * wn[k];
+                y[m * N + n] = s;
+            }
+        }
+    });
+}
+
+// out = weight * x / rms(x) over n entries, as forward.rms_norm computes it in float32/64:
+// x * (1 / sqrt(mean(x^2) + eps)), then times the weight.
+template <typename T>
+inline void rms_row(const T* x, const T* weight, T* out, int64_t n, T eps) {
+    T squares = 0;
+    for (int64_t i = 0; i < n; ++i) squares += x[i] * x[i];
+    const T inv = T(1) / std::sqrt(squares / T(n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv) * weight[i];
+}
+
+// q . k over D entries: 8 partial sums over d (ascending), added in one fixed order, then the
+// tail; independent lanes, so the compiler vectorizes the loop without reassociating anything.
+template <typename T>
+inline T dot(const T* q, const T* k, int64_t D) {
+    T lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8)
+        for (int j = 0; j < 8; ++j) lanes[j] += q[d + j] * k[d + j];
+    T s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (; d < D; ++d) s += q[d] * k[d];
+    return s;
+}
+
+inline bool float_tensor(const torch::Tensor& t, torch::ScalarType type, int64_t dim) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == type && t.dim() == dim &&
+           t.is_contiguous() && !t.requires_grad();
+}
+
+inline bool long_tensor(const torch::Tensor& t, int64_t B, int64_t T) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == torch::kLong && t.dim() == 2 &&
+           t.size(0) == B && t.size(1) == T && t.is_contiguous();
+}
+
+inline bool all_within(const torch::Tensor& t, int64_t limit) {
+    const int64_t* p = t.data_ptr<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+        if (p[i] < 0 || p[i] >= limit) return false;
+    return true;
+}
+
+template <typename T>
+std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& embed,
+                                 const std::vector<torch::Tensor>& layers,
+                                 const std::vector<torch::Tensor>& keys,
+                                 const std::vector<torch::Tensor>& values,
+                                 const torch::Tensor& slots, const torch::Tensor& positions,
+                                 const torch::Tensor& mask, int64_t span,
+                                 const torch::Tensor& cos_table, const torch::Tensor& sin_table,
+                                 int64_t H, int64_t KV, int64_t D, double eps_value) {
+    const auto type = embed.scalar_type();
+    const int64_t B = ids.size(0), Tn = ids.size(1), R = B * Tn;
+    const int64_t vocab = embed.size(0), hidden = embed.size(1);
+    const int64_t L = static_cast<int64_t>(keys.size());
+    if (static_cast<int64_t>(layers.size()) != PER_LAYER * L ||
+        static_cast<int64_t>(values.size()) != L || H < 1 || KV < 1 || H % KV != 0 || D < 2 ||
+        D % 2 != 0)
+        return std::nullopt;
+    const int64_t QKV = (H + 2 * KV) * D;
+    int64_t I = -1;
+    for (int64_t l = 0; l < L; ++l) {
+        const torch::Tensor* w = &layers[PER_LAYER * l];
+        if (!float_tensor(w[0], type, 1) || w[0].size(0) != hidden ||
+            !float_tensor(w[1], type, 2) || w[1].size(0) != QKV || w[1].size(1) != hidden ||
+            !float_tensor(w[2], type, 2) || w[2].size(0) != H + KV || w[2].size(1) != D ||
+            !float_tensor(w[3], type, 2) || w[3].size(0) != hidden || w[3].size(1) != H * D ||
+            !float_tensor(w[4], type, 1) || w[4].size(0) != hidden ||
+            !float_tensor(w[5], type, 2) || w[5].size(1) != hidden || w[5].size(0) % 2 != 0 ||
+            !float_tensor(w[6], type, 2) || w[6].size(0) != hidden ||
+            w[6].size(1) != w[5].size(0) / 2)
+            return std::nullopt;
+        if (I >= 0 && w[6].size(1) != I) return std::nullopt;
+        I = w[6].size(1);
+        for (const auto* store : {&keys[l], &values[l]})
+            if (!float_tensor(*store, type, 4) || store->size(0) < B || store->size(1) != KV ||
+                store->size(3) != D || store->size(2) < span)
+                return std::nullopt;
+    }
+    const int64_t capacity = L ? keys[0].size(2) : span;
+    if (!float_tensor(cos_table, type, 2) || !float_tensor(sin_table, type, 2) ||
+        cos_table.size(1) != D || sin_table.sizes() != cos_table.sizes() ||
+        !mask.defined() || !mask.device().is_cpu() || mask.scalar_type() != torch::kBool ||
+        mask.dim() != 3 || mask.size(0) != B || mask.size(1) != Tn || mask.size(2) != span ||
+        !mask.is_contiguous() || span < 1 ||
+        !all_within(ids, vocab) || !all_within(slots, std::min(span, capacity)) ||
+        !all_within(positions, cos_table.size(0)))
+        return std::nullopt;
+
+    const T eps = static_cast<T>(eps_value);
+    const T scale = T(1) / std::sqrt(T(D));
+    const int64_t half = D / 2, group = H / KV;
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const int64_t* slot = slots.data_ptr<int64_t>();
+    const int64_t* pos = positions.data_ptr<int64_t>();
+    const bool* visible = mask.data_ptr<bool>();
+    const T* cos = cos_table.data_ptr<T>();
+    const T* sin = sin_table.data_ptr<T>();
+
+    auto out = torch::empty({B, Tn, hidden}, embed.options());           // [B, T, hidden]
+    T* x = out.data_ptr<T>();
+    const T* table = embed.data_ptr<T>();
+    for (int64_t r = 0; r < R; ++r) std::copy_n(table + id[r] * hidden, hidden, x + r * hidden);
+
+    // Scratch for one layer, reused by every layer: rows are the B * T fed tokens.
+    std::vector<T> h(R * hidden), qkv(R * QKV), attended(R * H * D), sum(R * hidden),
+        gate_up(R * 2 * I), act(R * I);
+    for (int64_t l = 0; l < L; ++l) {
+        const torch::Tensor* w = &layers[PER_LAYER * l];
+        const T* input_norm = w[0].data_ptr<T>();
+        const T* qk_norm = w[2].data_ptr<T>();
+        const T* post_norm = w[4].data_ptr<T>();
+        T* key_store = keys[l].data_ptr<T>();
+        T* value_store = values[l].data_ptr<T>();
+
+        for (int64_t r = 0; r < R; ++r) rms_row(x + r * hidden, input_norm, &h[r * hidden], hidden, eps);
+        matmul(h.data(), R, hidden, w[1].data_ptr<T>(), qkv.data(), hidden, QKV);
+
+        // q and k heads: per-head norm, then rotary at the token's position (half-split layout,
+        // the sin table carrying the sign: x * cos + [x2, x1] * signed_sin); then the cache write.
+        for (int64_t r = 0; r < R; ++r) {
+            const T* c = cos + pos[r] * D;
+            const T* s = sin + pos[r] * D;
+            T normed[512];
+            T* row = &qkv[r * QKV];
+            for (int64_t j = 0; j < H + KV; ++j) {
+                T* head = row + j * D;
+                rms_row(head, qk_norm + j * D, normed, D, eps);
+                for (int64_t d = 0; d < half; ++d) head[d] = normed[d] * c[d] + normed[d + half] * s[d];
+                for (int64_t d = half; d < D; ++d) head[d] = normed[d] * c[d] + normed[d - half] * s[d];
+            }
+            const int64_t b = r / Tn;
+            for (int64_t g = 0; g < KV; ++g) {
+                const int64_t at = ((b * KV + g) * capacity + slot[r]) * D;
+                std::copy_n(row + (H + g) * D, D, key_store + at);
+                std::copy_n(row + (H + KV + g) * D, D, value_store + at);
+            }
+        }
+
+        // Attention of each (token, query head) over the visible slots, in slot order.
+        at::parallel_for(0, R * H, 4, [&](int64_t first, int64_t last) {
+            std::vector<T> scores(span);
+            for (int64_t item = first; item < last; ++item) {
+                const int64_t r = item / H, head = item % H, b = r / Tn, g = head / group;
+                const T* q = &qkv[r * QKV + head * D];
+                const bool* seen = visible + r * span;
+                const T* k0 = key_store + (b * KV + g) * capacity * D;
+                const T* v0 = value_store + (b * KV + g) * capacity * D;
+                T top = -std::numeric_limits<T>::infinity();
+                for (int64_t j = 0; j < span; ++j) {
+                    if (!seen[j]) continue;
+                    scores[j] = dot(q, k0 + j * D, D) * scale;
+                    top = std::max(top, scores[j]);
+                }
+                T* o = &attended[r * H * D + head * D];
+                std::fill_n(o, D, T(0));
+                T total = 0;
+                for (int64_t j = 0; j < span; ++j) {
+                    if (!seen[j]) continue;
+                    const T p = std::exp(scores[j] - top);
+                    total += p;
+                    for (int64_t d = 0; d < D; ++d) o[d] += p * v0[j * D + d];
+                }
+                // Every fed token sees its own slot (forward.window_mask), so total >= 1.
+                for (int64_t d = 0; d < D; ++d) o[d] /= total;
+            }
+        });
+
+        matmul(attended.data(), R, H * D, w[3].data_ptr<T>(), sum.data(), H * D, hidden);
+        for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
+        for (int64_t r = 0; r < R; ++r) rms_row(x + r * hidden, post_norm, &h[r * hidden], hidden, eps);
+        matmul(h.data(), R, hidden, w[5].data_ptr<T>(), gate_up.data(), hidden, 2 * I);
+        for (int64_t r = 0; r < R; ++r) {
+            const T* gate = &gate_up[r * 2 * I];
+            const T* up = gate + I;
+            for (int64_t i = 0; i < I; ++i)
+                act[r * I + i] = gate[i] / (T(1) + std::exp(-gate[i])) * up[i];   // silu(gate) * up
+        }
+        matmul(act.data(), R, I, w[6].data_ptr<T>(), sum.data(), I, hidden);
+        for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
+    }
+    return out;
+}
+
+}  // namespace fused
+
+// The decoder layers' output x [B, T, hidden] (before the final norm), or nothing where the
+// contract at the top of this file does not hold. Keys/values of the fed tokens are written
+// into the given per-layer cache tensors [max_batch, KV, capacity, D] at `slots`.
+std::optional<torch::Tensor> decoder_layers(
+        const torch::Tensor& ids, const torch::Tensor& embed,
+        const std::vector<torch::Tensor>& layers, const std::vector<torch::Tensor>& keys,
+        const std::vector<torch::Tensor>& values, const torch::Tensor& slots,
+        const torch::Tensor& positions, const torch::Tensor& mask, int64_t span,
+        const torch::Tensor& cos_table, const torch::Tensor& sin_table, int64_t heads,
+        int64_t kv_heads, int64_t head_dim, double eps) {
+    if (!ids.defined() || !embed.defined() || ids.dim() != 2 || embed.dim() != 2 ||
+        !embed.device().is_cpu() || !embed.is_contiguous() || embed.requires_grad() ||
+        head_dim > 512)
+        return std::nullopt;
+    const int64_t B = ids.size(0), T = ids.size(1);
+    if (B < 1 || T < 1 || B * T > fused::MAX_ROWS || !fused::long_tensor(ids, B, T) ||
+        !fused::long_tensor(slots, B, T) || !fused::long_tensor(positions, B, T))
+        return std::nullopt;
+    if (embed.scalar_type() == torch::kFloat)
+        return fused::run<float>(ids, embed, layers, keys, values, slots, positions, mask, span,
+                                 cos_table, sin_table, heads, kv_heads, head_dim, eps);
+    if (embed.scalar_type() == torch::kDouble)
+        return fused::run<double>(ids, embed, layers, keys, values, slots, positions, mask, span,
+                                  cos_table, sin_table, heads, kv_heads, head_dim, eps);
+    return std::nullopt;
+}

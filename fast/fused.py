@@ -1,0 +1,85 @@
+"""A step's decoder layers in one native call on the CPU (fast/fused.cpp).
+
+The CPU counterpart of a replayed CUDA graph: where a step of the eager forward runs ~35 torch
+operations a layer, each with its Python call, dispatch and allocation, this runs the
+embedding and every decoder layer as one call into plain loops over buffers allocated once.
+The final norm, the row selection for `logits_at` and the head stay in fast/forward.py.
+
+It applies on a CPU to float32 and float64 weights and steps of at most 64 fed tokens in all
+(a decode step, a draft step, a verify, a tree of a batch); prefills longer than that, other
+dtypes, other devices, a kernel that cannot be built, or input off its contract run the eager
+loop, which is kept as the definition and raises the usual errors.
+
+Switches, as for fast/small_m.py: FAST_FUSED=0 in the environment turns it off for the process
+(FAST_NATIVE=0 turns off every CPU kernel); `enabled(False)` for a block of code (the
+benchmarks time both sides with it, and fast.eager runs the whole engine without it so that
+the kit can judge both paths).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from fast import native
+
+MAX_ROWS = 64       # fast/fused.cpp's fused::MAX_ROWS
+_state = {"on": os.environ.get("FAST_FUSED", "1") != "0"}
+
+
+def is_enabled() -> bool:
+    return _state["on"]
+
+
+@contextlib.contextmanager
+def enabled(on: bool):
+    """Run steps through the fused call (True) or the eager loop (False) inside the block."""
+    if not isinstance(on, bool):
+        raise TypeError(f"enabled(on): on must be True or False, got {on!r}")
+    before = _state["on"]
+    _state["on"] = on
+    try:
+        yield
+    finally:
+        _state["on"] = before
+
+
+def _flat(weights) -> list:
+    """The layers' tensors in fused.cpp's order, built once per ModelWeights."""
+    flat = weights.__dict__.get("_fused_flat")
+    if flat is None:
+        flat = [t for layer in weights.layers for t in (layer.input_norm, layer.qkv, layer.qk_norm,
+                                                        layer.o, layer.post_norm, layer.gate_up,
+                                                        layer.down)]
+        weights.__dict__["_fused_flat"] = flat
+    return flat
+
+
+def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary):
+    """x [B, T, hidden] after every decoder layer (keys/values written to `cache`), or None
+    where the fused call does not apply (module docstring)."""
+    if (not _state["on"] or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
+            or weights.dtype not in (torch.float32, torch.float64)):
+        return None
+    module = _module or _load()
+    if module is None:
+        return None
+    s = weights.shape
+    cos, sin = rotary
+    # The kernel reads its index tensors and the mask row by row; window_mask's result is laid
+    # out [T, B, span] in memory (a transposed operand), and a caller's ids may be a broadcast.
+    return module.decoder_layers(ids.contiguous(), weights.embed, _flat(weights), cache.keys,
+                                 cache.values, slots.contiguous(), positions.contiguous(),
+                                 mask.contiguous(), span, cos, sin, s.num_heads,
+                                 s.num_kv_heads, s.head_dim, s.eps)
+
+
+_module = None
+
+
+def _load():
+    global _module
+    _module = native.kernel()
+    return _module
