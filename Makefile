@@ -34,7 +34,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[hf,serve]"
 	touch $(STAMP)
 
-# The kit on each bundled engine: the reference, the fast engine, and transformers' assisted
+# The kit on each bundled engine: the reference, the fast engine (its steps fused into one native
+# call on a CPU, and fast-eager: the same engine with the eager loop), and transformers' assisted
 # generation and prompt lookup (its known failures are listed, with reasons, in the xfails file).
 conformance: $(STAMP)
 	$(PY) -m pytest properties/ --impl=reference $(PYTEST_ARGS)
@@ -42,6 +43,7 @@ conformance: $(STAMP)
 
 conformance-others: $(STAMP)
 	$(PY) -m pytest properties/ --impl=fast -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=fast-eager -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=transformers --xfails-file=properties/known/transformers.txt -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=transformers-lookup -n $(WORKERS) $(PYTEST_ARGS)
 

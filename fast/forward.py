@@ -19,6 +19,11 @@ with at most 8 rows (a decode step, a verify of k + 1 <= 8 tokens) runs a kernel
 weights once for all rows and gives each row the result it would get alone. With float64
 weights the logits agree with the reference's to rounding (tests/test_fast_forward.py).
 
+On a CPU, a step of at most 64 fed tokens in float32 or float64 runs every decoder layer in one
+native call (fast/fused.py, fast/fused.cpp: the CPU counterpart of a replayed CUDA graph); the
+loop of torch operations below (_eager_layers) is the definition it is tested against, and runs
+everything else (long prefills, low precision, GPUs, FAST_FUSED=0).
+
 Nothing here reads a tensor's value on the host, so the whole function can be captured in a
 CUDA graph (fast/graphs.py) as long as `span` is fixed.
 """

@@ -26,6 +26,7 @@
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -82,6 +83,62 @@ inline void rms_row(const T* x, const T* weight, T* out, int64_t n, T eps) {
     for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv) * weight[i];
 }
 
+// e^x. float64 (the kit's precision): the C library's. float32: a branch-free polynomial the
+// compiler vectorizes (the library's expf is a call per element, and a verify's softmax and
+// SwiGLU take tens of thousands a step): x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 split in
+// two so n ln 2 is exact), e^r by its Taylor polynomial to r^7 (relative error < 2e-7 on that
+// range, about 2 float32 ulps), times 2^n built in the exponent bits. Arguments are clamped to
+// where e^x is a normal float; -inf (a masked score) gives 0 as e^x does; NaN stays NaN.
+inline double exponential(double x) { return std::exp(x); }
+
+inline float exponential(float x) {
+    const float clamped = std::min(std::max(x, -87.0f), 88.0f);
+    const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+    const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    const float e = p * scale;
+    return x != x ? x : (x < -87.0f ? 0.0f : e);
+}
+
+// exponential() on 8 floats at once, the same operations lane by lane (so the same bits).
+inline __m256 exponential8(__m256 x) {
+    const __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 n = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(1.44269504088896341f)),
+                                                   _mm256_set1_ps(0.5f)));
+    const __m256 r = _mm256_sub_ps(_mm256_sub_ps(clamped, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))),
+                                   _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    for (const float c : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+    // below the clamp: 0 (e^-inf of a masked score); NaN: itself
+    const __m256 zeroed = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+    return _mm256_blendv_ps(zeroed, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+// y[i] = e^x[i] for i < n
+template <typename T>
+inline void exponentials(const T* x, T* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = exponential(x[i]);
+}
+
+inline void exponentials(const float* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exponential8(_mm256_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] = exponential(x[i]);
+}
+
 // q . k over D entries: 8 partial sums over d (ascending), added in one fixed order, then the
 // tail; independent lanes, so the compiler vectorizes the loop without reassociating anything.
 template <typename T>
@@ -93,6 +150,30 @@ inline T dot(const T* q, const T* k, int64_t D) {
     T s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
     for (; d < D; ++d) s += q[d] * k[d];
     return s;
+}
+
+// float32 with D a multiple of 8 (every Qwen3 head size): one 8-lane accumulator over d,
+// reduced in small_m.cpp's fixed lane order.
+inline float dot(const float* q, const float* k, int64_t D) {
+    if (D % 8 != 0) return dot<float>(q, k, D);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8)
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d)));
+    return lane_sum(acc);
+}
+
+// o += p * v over D entries
+template <typename T>
+inline void accumulate(T* o, T p, const T* v, int64_t D) {
+    for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+}
+
+inline void accumulate(float* o, float p, const float* v, int64_t D) {
+    if (D % 8 != 0) return accumulate<float>(o, p, v, D);
+    const __m256 pv = _mm256_set1_ps(p);
+    for (int64_t d = 0; d < D; d += 8)
+        _mm256_storeu_ps(o + d, _mm256_add_ps(_mm256_loadu_ps(o + d),
+                                              _mm256_mul_ps(pv, _mm256_loadu_ps(v + d))));
 }
 
 inline bool float_tensor(const torch::Tensor& t, torch::ScalarType type, int64_t dim) {
@@ -220,18 +301,21 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                 const T* v0 = value_store + (b * KV + g) * capacity * D;
                 T top = -std::numeric_limits<T>::infinity();
                 for (int64_t j = 0; j < span; ++j) {
-                    if (!seen[j]) continue;
-                    scores[j] = dot(q, k0 + j * D, D) * scale;
+                    scores[j] = seen[j] ? dot(q, k0 + j * D, D) * scale
+                                        : -std::numeric_limits<T>::infinity();
                     top = std::max(top, scores[j]);
                 }
+                // one pass of exponentials (vectorized for float32), masked slots giving 0
+                for (int64_t j = 0; j < span; ++j) scores[j] -= top;
+                exponentials(scores.data(), scores.data(), span);
                 T* o = &attended[r * H * D + head * D];
                 std::fill_n(o, D, T(0));
                 T total = 0;
                 for (int64_t j = 0; j < span; ++j) {
                     if (!seen[j]) continue;
-                    const T p = std::exp(scores[j] - top);
+                    const T p = scores[j];
                     total += p;
-                    for (int64_t d = 0; d < D; ++d) o[d] += p * v0[j * D + d];
+                    accumulate(o, p, v0 + j * D, D);
                 }
                 // Every fed token sees its own slot (forward.window_mask), so total >= 1.
                 for (int64_t d = 0; d < D; ++d) o[d] /= total;
@@ -242,11 +326,13 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
         for (int64_t r = 0; r < R; ++r) rms_row(x + r * hidden, post_norm, &h[r * hidden], hidden, eps);
         matmul(h.data(), R, hidden, w[5].data_ptr<T>(), gate_up.data(), hidden, 2 * I);
+        // silu(gate) * up = gate / (1 + e^-gate) * up
         for (int64_t r = 0; r < R; ++r) {
             const T* gate = &gate_up[r * 2 * I];
-            const T* up = gate + I;
-            for (int64_t i = 0; i < I; ++i)
-                act[r * I + i] = gate[i] / (T(1) + std::exp(-gate[i])) * up[i];   // silu(gate) * up
+            T* a = &act[r * I];
+            for (int64_t i = 0; i < I; ++i) a[i] = -gate[i];
+            exponentials(a, a, I);
+            for (int64_t i = 0; i < I; ++i) a[i] = gate[i] / (T(1) + a[i]) * gate[I + i];
         }
         matmul(act.data(), R, I, w[6].data_ptr<T>(), sum.data(), I, hidden);
         for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];

@@ -45,15 +45,17 @@ inline void rows(const float* x, int64_t ldx, const float* w, float* y, int64_t 
     for (int m = 0; m < M; ++m)
         for (int r = 0; r < R; ++r) acc[m][r] = _mm256_setzero_ps();
     const int64_t body = K - K % 8;
-    // The weight rows AHEAD * R further on, a line per 16 floats of this block's reads: a
-    // block of few rows is too short a stream for the hardware prefetcher to run ahead of,
-    // and with 5 rows of x the FMAs leave the memory idle unless it is asked early
-    // (a weight matrix larger than the last-level cache: a weight-bound target's verify).
+    // The weight rows AHEAD * R further on, into L2, a line per 16 floats of this block's
+    // reads: a block of few rows is too short a stream for the hardware prefetcher to run
+    // ahead of, and with 5 rows of x the FMAs leave the memory idle unless it is asked early
+    // (weights larger than the last-level cache: a weight-bound target's verify). Measured on
+    // the large trained target's 60 MB of matrices, 2 threads: 5 rows cost 2.2x 1 row without
+    // it, 1.0-1.1x with it; into L1 (T0) 1.4-1.5x (BENCHMARKS.md, issue 24).
     const char* ahead = reinterpret_cast<const char*>(w + (n0 + AHEAD * R) * K);
     for (int64_t k = 0; k < body; k += 8) {
         if ((k * R) % 16 == 0 || R * 8 >= 16)
             for (int64_t line = 0; line < R * 8 * 4; line += 64)
-                _mm_prefetch(ahead + k * R * 4 + line, _MM_HINT_T0);
+                _mm_prefetch(ahead + k * R * 4 + line, _MM_HINT_T1);
         __m256 wv[R];
         for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(w + (n0 + r) * K + k);
         for (int m = 0; m < M; ++m) {
