@@ -18,32 +18,21 @@ the kit can judge both paths).
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 
 from fast import native
 
 MAX_ROWS = 64       # fast/fused.cpp's fused::MAX_ROWS
-_state = {"on": os.environ.get("FAST_FUSED", "1") != "0"}
+_switch = native.Switch("FAST_FUSED")
 
 
 def is_enabled() -> bool:
-    return _state["on"]
+    return _switch.on
 
 
-@contextlib.contextmanager
 def enabled(on: bool):
     """Run steps through the fused call (True) or the eager loop (False) inside the block."""
-    if not isinstance(on, bool):
-        raise TypeError(f"enabled(on): on must be True or False, got {on!r}")
-    before = _state["on"]
-    _state["on"] = on
-    try:
-        yield
-    finally:
-        _state["on"] = before
+    return _switch.enabled(on)
 
 
 def _flat(weights) -> list:
@@ -60,7 +49,7 @@ def _flat(weights) -> list:
 def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary):
     """x [B, T, hidden] after every decoder layer (keys/values written to `cache`), or None
     where the fused call does not apply (module docstring)."""
-    if (not _state["on"] or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
+    if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
             or weights.dtype not in (torch.float32, torch.float64)):
         return None
     module = _module or _load()

@@ -14,6 +14,7 @@ batch invariant (tests/test_fast_small_m.py); the kit judges the engine with and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -33,6 +34,24 @@ INCLUDED = [HERE / "small_m.cpp", HERE / "rejection.cpp", HERE / "lookup.cpp", H
 # No floating-point contraction: the kernels' FMAs are their own intrinsics, and nothing else
 # may be fused, or an operation order (which the tests hold to the bit) would be the compiler's.
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+
+class Switch:
+    """An on/off switch for one kernel: on unless the environment variable says "0"; `enabled(on)`
+    sets it for a block of code (the benchmarks time both sides with it)."""
+
+    def __init__(self, variable: str):
+        self.on = os.environ.get(variable, "1") != "0"
+
+    @contextlib.contextmanager
+    def enabled(self, on: bool):
+        if not isinstance(on, bool):
+            raise TypeError(f"enabled(on): on must be True or False, got {on!r}")
+        before, self.on = self.on, on
+        try:
+            yield
+        finally:
+            self.on = before
+
 
 _built: dict = {}
 _lock = threading.Lock()

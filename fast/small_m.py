@@ -19,32 +19,21 @@ benchmarks time both sides with it).
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 import torch.nn.functional as F
 
 from fast import native
 
-_state = {"on": os.environ.get("FAST_SMALL_M", "1") != "0"}
+_switch = native.Switch("FAST_SMALL_M")
 
 
 def is_enabled() -> bool:
-    return _state["on"]
+    return _switch.on
 
 
-@contextlib.contextmanager
 def enabled(on: bool):
     """Use the kernel (True) or F.linear (False) inside the block."""
-    if not isinstance(on, bool):
-        raise TypeError(f"enabled(on): on must be True or False, got {on!r}")
-    before = _state["on"]
-    _state["on"] = on
-    try:
-        yield
-    finally:
-        _state["on"] = before
+    return _switch.enabled(on)
 
 
 def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -52,7 +41,7 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
     The kernel checks its own contract and answers None where it does not apply (so it never
     throws, and the checks cost a few nanoseconds in C++ rather than microseconds here)."""
-    if _state["on"]:
+    if _switch.on:
         module = _module or _load()
         if module is not None:
             y = module.linear(x, w)

@@ -43,3 +43,19 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def fast_cache(weights, batch: int, capacity: int = 40):
+    """An empty StaticCache on the CPU for `batch` rows of `weights`' shape."""
+    from fast.cache import StaticCache
+    s = weights.shape
+    return StaticCache(s.num_layers, batch, s.num_kv_heads, s.head_dim, capacity, weights.dtype, "cpu")
+
+
+def chain(weights, cache, ids, start, span, logits_at="all"):
+    """fast.forward of ids [B, T] fed as a chain at slots start[b] + t (causal within the block)."""
+    from fast.forward import forward, window_mask
+    T = ids.shape[1]
+    slots = start[:, None] + torch.arange(T)
+    mask = window_mask(start, torch.ones(T, T, dtype=torch.bool).tril(), span)
+    return forward(weights, cache, ids, slots, slots, mask, span, logits_at)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from fast import fused
-from fast.cache import StaticCache
 from fast.forward import forward, window_mask
+from fast.testing import chain, fast_cache
 from fast.tree import TreeShape
 from fast.weights import model_weights
 from reference.model import EarlyExit, random_model
@@ -36,18 +36,6 @@ def reference_logits(model, prefix, block):
     if prefix:
         model(torch.tensor([prefix]), cache)
     return model(torch.tensor([block]), cache)[0]
-
-
-def fast_cache(weights, batch, capacity=40):
-    s = weights.shape
-    return StaticCache(s.num_layers, batch, s.num_kv_heads, s.head_dim, capacity, weights.dtype, "cpu")
-
-
-def chain(weights, cache, ids, start, span, logits_at="all"):
-    T = ids.shape[1]
-    slots = start[:, None] + torch.arange(T)
-    mask = window_mask(start, torch.ones(T, T, dtype=torch.bool).tril(), span)
-    return forward(weights, cache, ids, slots, slots, mask, span, logits_at)
 
 
 @pytest.mark.parametrize("draft_layers", [None, 2])

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from fast import fused
-from fast.cache import StaticCache
 from fast.engine import FastEngine
 from fast.forward import forward, window_mask
 from fast.rotary import rotary_table
+from fast.testing import chain, fast_cache
 from fast.tree import TreeShape
 from fast.weights import model_weights
 from reference.model import EarlyExit, preset, random_model
@@ -25,15 +25,7 @@ def kernel(native_kernel):
 
 
 def new_cache(weights, batch, capacity=96):
-    s = weights.shape
-    return StaticCache(s.num_layers, batch, s.num_kv_heads, s.head_dim, capacity, weights.dtype, "cpu")
-
-
-def chain(weights, cache, ids, start, span, logits_at="all"):
-    T = ids.shape[1]
-    slots = start[:, None] + torch.arange(T)
-    mask = window_mask(start, torch.ones(T, T, dtype=torch.bool).tril(), span)
-    return forward(weights, cache, ids, slots, slots, mask, span, logits_at)
+    return fast_cache(weights, batch, capacity)
 
 
 def both_paths(run):
