@@ -36,16 +36,12 @@ namespace fused {
 constexpr int64_t MAX_ROWS = 64;
 constexpr int PER_LAYER = 7;   // input_norm, qkv, qk_norm, o, post_norm, gate_up, down
 
-// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T, float32: small_m.cpp's blocks, 8 rows at
-// a time, weight rows split across threads as small_m's linear splits them.
+// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T, float32: small_m.cpp's many(), which reads
+// the weights once for all M rows, weight rows split across threads as small_m's linear splits them.
 inline void matmul(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
                    int64_t N) {
     at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
-        const int64_t begin = first * GRAIN, end = std::min(N, last * GRAIN);
-        for (int64_t m0 = 0; m0 < M; m0 += 8) {
-            const int64_t rows = std::min<int64_t>(8, M - m0);
-            BLOCKS[rows - 1](x + m0 * ldx, ldx, w, y + m0 * N, K, N, begin, end);
-        }
+        many(x, M, ldx, w, y, K, N, first * GRAIN, std::min(N, last * GRAIN));
     });
 }
 
