@@ -56,6 +56,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int) -> torch.Tensor:
     """Attention mask [B, T, span] (True = may attend) from window_start [B], visibility [T, W]."""
+    native = fused.window_mask(window_start, visibility, span)
+    if native is not None:
+        return native
     T, W = visibility.shape
     slots = torch.arange(span, device=window_start.device)
     relative = slots[None, :] - window_start[:, None]                    # [B, span]
@@ -85,7 +88,9 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     s = weights.shape
     if rotary is None:
         rotary = rotary_table(s.head_dim, s.rope_theta, cache.capacity, weights.dtype, ids.device)
-    x = fused.decoder_layers(weights, cache, ids, slots, positions, mask, span, rotary)
+    x = fused.decoder_layers(weights, cache, ids, slots, positions, mask, span, rotary,
+                             final_norm=logits_at is not None)
+    normed = x is not None
     if x is None:
         x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary)
     if logits_at is None:
@@ -97,7 +102,8 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
             raise ValueError(f"logits_at must be 'all', 'last', None or an index tensor, got {logits_at!r}")
     else:
         x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))
-    return linear(rms_norm(x, weights.norm, s.eps), weights.lm_head)
+    # the norm is per row, so selecting rows first and norming after is the same
+    return linear(x if normed else rms_norm(x, weights.norm, s.eps), weights.lm_head)
 
 
 def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary) -> torch.Tensor:

@@ -197,7 +197,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                                  const torch::Tensor& slots, const torch::Tensor& positions,
                                  const torch::Tensor& mask, int64_t span,
                                  const torch::Tensor& cos_table, const torch::Tensor& sin_table,
-                                 int64_t H, int64_t KV, int64_t D, double eps_value) {
+                                 int64_t H, int64_t KV, int64_t D, double eps_value,
+                                 const std::optional<torch::Tensor>& final_norm) {
     const auto type = embed.scalar_type();
     const int64_t B = ids.size(0), Tn = ids.size(1), R = B * Tn;
     const int64_t vocab = embed.size(0), hidden = embed.size(1);
@@ -226,6 +227,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                 store->size(3) != D || store->size(2) < span)
                 return std::nullopt;
     }
+    if (final_norm && (!float_tensor(*final_norm, type, 1) || final_norm->size(0) != hidden))
+        return std::nullopt;
     const int64_t capacity = L ? keys[0].size(2) : span;
     if (!float_tensor(cos_table, type, 2) || !float_tensor(sin_table, type, 2) ||
         cos_table.size(1) != D || sin_table.sizes() != cos_table.sizes() ||
@@ -333,21 +336,27 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         matmul(act.data(), R, I, w[6].data_ptr<T>(), sum.data(), I, hidden);
         for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
     }
+    // The model's final norm, in place (rms_row reads each entry before it writes it), so the
+    // caller's next step is the head: one torch operation fewer per call.
+    if (final_norm)
+        for (int64_t r = 0; r < R; ++r)
+            rms_row(x + r * hidden, final_norm->data_ptr<T>(), x + r * hidden, hidden, eps);
     return out;
 }
 
 }  // namespace fused
 
-// The decoder layers' output x [B, T, hidden] (before the final norm), or nothing where the
-// contract at the top of this file does not hold. Keys/values of the fed tokens are written
-// into the given per-layer cache tensors [max_batch, KV, capacity, D] at `slots`.
+// The decoder layers' output x [B, T, hidden] (after final_norm where one is given), or nothing
+// where the contract at the top of this file does not hold. Keys/values of the fed tokens are
+// written into the given per-layer cache tensors [max_batch, KV, capacity, D] at `slots`.
 std::optional<torch::Tensor> decoder_layers(
         const torch::Tensor& ids, const torch::Tensor& embed,
         const std::vector<torch::Tensor>& layers, const std::vector<torch::Tensor>& keys,
         const std::vector<torch::Tensor>& values, const torch::Tensor& slots,
         const torch::Tensor& positions, const torch::Tensor& mask, int64_t span,
         const torch::Tensor& cos_table, const torch::Tensor& sin_table, int64_t heads,
-        int64_t kv_heads, int64_t head_dim, double eps) {
+        int64_t kv_heads, int64_t head_dim, double eps,
+        const std::optional<torch::Tensor>& final_norm) {
     if (!ids.defined() || !embed.defined() || ids.dim() != 2 || embed.dim() != 2 ||
         !embed.device().is_cpu() || !embed.is_contiguous() || embed.requires_grad() ||
         head_dim > 512)
@@ -358,9 +367,37 @@ std::optional<torch::Tensor> decoder_layers(
         return std::nullopt;
     if (embed.scalar_type() == torch::kFloat)
         return fused::run<float>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                 cos_table, sin_table, heads, kv_heads, head_dim, eps);
+                                 cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm);
     if (embed.scalar_type() == torch::kDouble)
         return fused::run<double>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                  cos_table, sin_table, heads, kv_heads, head_dim, eps);
+                                  cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm);
     return std::nullopt;
+}
+
+// forward.window_mask on the CPU in one call: mask [B, T, span] (True = may attend) from
+// window_start [B] and visibility [T, W]: slot j of row b is visible to fed token t when it lies
+// before the row's window (j < start[b]), or inside it where visibility[t, j - start[b]] says so.
+// Nothing where the inputs are off that contract (the caller then builds it with torch ops).
+std::optional<torch::Tensor> window_mask(const torch::Tensor& window_start,
+                                         const torch::Tensor& visibility, int64_t span) {
+    if (!window_start.defined() || !visibility.defined() || !window_start.device().is_cpu() ||
+        !visibility.device().is_cpu() || window_start.scalar_type() != torch::kLong ||
+        visibility.scalar_type() != torch::kBool || window_start.dim() != 1 ||
+        visibility.dim() != 2 || !window_start.is_contiguous() || !visibility.is_contiguous() ||
+        visibility.size(1) < 1 || span < 0)
+        return std::nullopt;
+    const int64_t B = window_start.size(0), T = visibility.size(0), W = visibility.size(1);
+    auto mask = torch::empty({B, T, span}, visibility.options());   // [B, T, span]
+    const int64_t* start = window_start.data_ptr<int64_t>();
+    const bool* seen = visibility.data_ptr<bool>();
+    bool* out = mask.data_ptr<bool>();
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+            bool* row = out + (b * T + t) * span;
+            for (int64_t j = 0; j < span; ++j) {
+                const int64_t relative = j - start[b];
+                row[j] = relative < 0 || (relative < W && seen[t * W + relative]);
+            }
+        }
+    return mask;
 }

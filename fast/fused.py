@@ -3,7 +3,10 @@
 The CPU counterpart of a replayed CUDA graph: where a step of the eager forward runs ~35 torch
 operations a layer, each with its Python call, dispatch and allocation, this runs the
 embedding and every decoder layer as one call into plain loops over buffers allocated once.
-The final norm, the row selection for `logits_at` and the head stay in fast/forward.py.
+The final norm comes with it on request (`final_norm`); the row selection for `logits_at` and
+the head stay in fast/forward.py. `window_mask` builds forward.window_mask's mask in one call
+too: on a draft step of a small model the few torch operations around the layers cost more
+than the layers (BENCHMARKS.md, issue 24).
 
 It applies on a CPU to float32 and float64 weights and steps of at most 64 fed tokens in all
 (a decode step, a draft step, a verify, a tree of a batch); prefills longer than that, other
@@ -46,9 +49,11 @@ def _flat(weights) -> list:
     return flat
 
 
-def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary):
-    """x [B, T, hidden] after every decoder layer (keys/values written to `cache`), or None
-    where the fused call does not apply (module docstring)."""
+def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary,
+                   final_norm: bool = False):
+    """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm),
+    keys/values written to `cache`; or None where the fused call does not apply (module
+    docstring)."""
     if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
             or weights.dtype not in (torch.float32, torch.float64)):
         return None
@@ -62,7 +67,17 @@ def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotar
     return module.decoder_layers(ids.contiguous(), weights.embed, _flat(weights), cache.keys,
                                  cache.values, slots.contiguous(), positions.contiguous(),
                                  mask.contiguous(), span, cos, sin, s.num_heads,
-                                 s.num_kv_heads, s.head_dim, s.eps)
+                                 s.num_kv_heads, s.head_dim, s.eps,
+                                 weights.norm if final_norm else None)
+
+
+def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int):
+    """forward.window_mask's mask [B, T, span], contiguous, or None where the native call does
+    not apply (off, not on the CPU, not built, or inputs off its contract)."""
+    if not _switch.on or window_start.device.type != "cpu":
+        return None
+    module = _module or _load()
+    return None if module is None else module.window_mask(window_start, visibility, span)
 
 
 _module = None

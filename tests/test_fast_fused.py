@@ -129,6 +129,47 @@ def test_each_row_is_what_it_is_alone_bit_for_bit():
     assert all(torch.equal(three[b], verify) for b in range(3))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_final_norm_in_the_call_is_the_models_final_norm(dtype):
+    """final_norm=True: the rows rms_norm(x, weights.norm) would give after the call without it."""
+    from fast.forward import rms_norm
+    weights = model_weights(random_model("tiny", seed=10, dtype=dtype))
+    s = weights.shape
+    rotary = rotary_table(s.head_dim, s.rope_theta, 64, dtype, "cpu")
+    ids = torch.randint(0, 256, (3, 7), generator=torch.Generator().manual_seed(4))
+    slots = torch.arange(7).expand(3, 7)
+    mask = window_mask(torch.zeros(3, dtype=torch.long), torch.ones(7, 7, dtype=torch.bool).tril(), 7)
+    plain, normed = (fused.decoder_layers(weights, new_cache(weights, 3, 64), ids, slots, slots,
+                                          mask, 7, rotary, final_norm=on) for on in (False, True))
+    expected = rms_norm(plain, weights.norm, s.eps)
+    assert (normed - expected).abs().max() <= TOLERANCE[dtype] * expected.abs().max()
+
+
+def test_the_native_window_mask_is_forwards_definition():
+    """fast_native.window_mask against forward.window_mask's torch operations, bit for bit: chain
+    and tree visibilities, windows that start at 0, inside the span and past it, spans shorter
+    than the window; off-contract inputs answer None (and forward's torch path runs)."""
+    g = torch.Generator().manual_seed(5)
+    visibilities = [torch.ones(5, 5, dtype=torch.bool).tril(), torch.ones(1, 1, dtype=torch.bool),
+                    TreeShape((2, 2, 2), "cpu").ancestors, torch.rand(4, 6, generator=g) < 0.5]
+    for visibility in visibilities:
+        for span in (1, 6, 17, 40):
+            start = torch.tensor([0, 3, span - 1, span, span + 5])
+            native = fused.window_mask(start, visibility, span)
+            with fused.enabled(False):
+                assert fused.window_mask(start, visibility, span) is None
+                expected = window_mask(start, visibility, span)
+            assert native is not None and native.is_contiguous()
+            assert torch.equal(native, expected), (visibility.shape, span)
+    causal = visibilities[0]
+    assert fused.window_mask(torch.tensor([1], dtype=torch.int32), causal, 8) is None
+    assert fused.window_mask(torch.tensor([1]), causal.T, 8) is None            # not contiguous
+    assert fused.window_mask(torch.tensor([1]), causal.long(), 8) is None
+    assert fused.window_mask(torch.tensor([[1]]), causal, 8) is None
+    assert torch.equal(window_mask(torch.tensor([1], dtype=torch.int32), causal, 8),
+                       window_mask(torch.tensor([1]), causal, 8))
+
+
 def test_off_contract_inputs_go_to_the_eager_loop():
     weights = model_weights(random_model("tiny", seed=8, dtype=torch.float64))
     s = weights.shape
@@ -180,8 +221,8 @@ def test_the_engine_runs_its_steps_fused(monkeypatch):
     answered = []
     real = fused.decoder_layers
 
-    def spy(*args):
-        x = real(*args)
+    def spy(*args, **kwargs):
+        x = real(*args, **kwargs)
         answered.append(x is not None)
         return x
 
