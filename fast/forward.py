@@ -15,11 +15,11 @@ The computation means what reference.model.Qwen3.forward means (RMSNorm in at le
 per-head q/k norms, half-split rotary, grouped-query attention, SwiGLU), with fewer kernels:
 fused q/k/v and gate/up matmuls, one norm and one rotary for the q and k heads together, rotary
 factors looked up from a table. Every matmul goes through fast/small_m.py: on a CPU a product
-with at most 8 rows (a decode step, a verify of k + 1 <= 8 tokens) runs a kernel that reads the
+with at most 64 rows (a decode step, a verify of a batch) runs a kernel that reads the
 weights once for all rows and gives each row the result it would get alone. With float64
 weights the logits agree with the reference's to rounding (tests/test_fast_forward.py).
 
-On a CPU, a step of at most 64 fed tokens in float32 or float64 runs every decoder layer in one
+On a CPU, a step of at most 1024 fed tokens in float32 or float64 runs every decoder layer in one
 native call (fast/fused.py, fast/fused.cpp: the CPU counterpart of a replayed CUDA graph); the
 loop of torch operations below (_eager_layers) is the definition it is tested against, and runs
 everything else (long prefills, low precision, GPUs, FAST_FUSED=0).

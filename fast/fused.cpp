@@ -7,7 +7,9 @@
 // a draft that is 10x smaller than its target is nowhere near 10x cheaper. Here a whole step
 // (embedding, and per layer: norm, q/k/v, q/k norms, rotary, cache write, attention, o, norm,
 // gate/up, SwiGLU, down, both residual adds) is plain loops over buffers allocated once per
-// call; the matmuls are small_m.cpp's blocks for float32 (8 rows at a time).
+// call; the float32 matmuls are small_m.cpp's product() (the weights read once for all rows), the
+// per-row work (norms, rotary, SwiGLU, residual adds) split across threads when there are rows
+// enough.
 //
 // It means what fast/forward.py's eager loop means, to rounding (tests/test_fast_fused.py);
 // the kit judges the engine with it (float64) against the reference.
@@ -33,16 +35,14 @@
 
 namespace fused {
 
-constexpr int64_t MAX_ROWS = 64;
+constexpr int64_t MAX_ROWS = 1024;
 constexpr int PER_LAYER = 7;   // input_norm, qkv, qk_norm, o, post_norm, gate_up, down
 
-// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T, float32: small_m.cpp's many(), which reads
-// the weights once for all M rows, weight rows split across threads as small_m's linear splits them.
+// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T, float32: small_m.cpp's product(), which
+// reads the weights once for all M rows and splits the work across threads as small_m's linear.
 inline void matmul(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
                    int64_t N) {
-    at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
-        many(x, M, ldx, w, y, K, N, first * GRAIN, std::min(N, last * GRAIN));
-    });
+    product(x, M, ldx, w, y, K, N);
 }
 
 // float64: four partial sums over k (ascending), added in one fixed order, then the tail.
@@ -77,6 +77,30 @@ inline void rms_row(const T* x, const T* weight, T* out, int64_t n, T eps) {
     for (int64_t i = 0; i < n; ++i) squares += x[i] * x[i];
     const T inv = T(1) / std::sqrt(squares / T(n) + eps);
     for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv) * weight[i];
+}
+
+// float32 with n a multiple of 8 (every hidden and head size here): the sum of squares in 8
+// lanes, reduced in small_m.cpp's fixed order (the scalar loop above is one long dependency
+// chain the compiler may not reorder, ~4 cycles an entry).
+inline void rms_row(const float* x, const float* weight, float* out, int64_t n, float eps) {
+    if (n % 8 != 0) return rms_row<float>(x, weight, out, n, eps);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+    }
+    const float inv = 1.0f / std::sqrt(lane_sum(acc) / float(n) + eps);
+    for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv) * weight[i];
+}
+
+// body(r) for every row r < R, the rows split across threads when there are enough of them to
+// pay for it (a decode step's few rows run inline). Rows are independent, so which thread runs
+// a row changes nothing in its result.
+template <typename F>
+inline void each_row(int64_t R, const F& body) {
+    at::parallel_for(0, R, 16, [&](int64_t first, int64_t last) {
+        for (int64_t r = first; r < last; ++r) body(r);
+    });
 }
 
 // e^x. float64 (the kit's precision): the C library's. float32: a branch-free polynomial the
@@ -265,12 +289,12 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         T* key_store = keys[l].data_ptr<T>();
         T* value_store = values[l].data_ptr<T>();
 
-        for (int64_t r = 0; r < R; ++r) rms_row(x + r * hidden, input_norm, &h[r * hidden], hidden, eps);
+        each_row(R, [&](int64_t r) { rms_row(x + r * hidden, input_norm, &h[r * hidden], hidden, eps); });
         matmul(h.data(), R, hidden, w[1].data_ptr<T>(), qkv.data(), hidden, QKV);
 
         // q and k heads: per-head norm, then rotary at the token's position (half-split layout,
         // the sin table carrying the sign: x * cos + [x2, x1] * signed_sin); then the cache write.
-        for (int64_t r = 0; r < R; ++r) {
+        each_row(R, [&](int64_t r) {
             const T* c = cos + pos[r] * D;
             const T* s = sin + pos[r] * D;
             T normed[512];
@@ -287,7 +311,7 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                 std::copy_n(row + (H + g) * D, D, key_store + at);
                 std::copy_n(row + (H + KV + g) * D, D, value_store + at);
             }
-        }
+        });
 
         // Attention of each (token, query head) over the visible slots, in slot order.
         at::parallel_for(0, R * H, 4, [&](int64_t first, int64_t last) {
@@ -322,25 +346,30 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         });
 
         matmul(attended.data(), R, H * D, w[3].data_ptr<T>(), sum.data(), H * D, hidden);
-        for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
-        for (int64_t r = 0; r < R; ++r) rms_row(x + r * hidden, post_norm, &h[r * hidden], hidden, eps);
+        each_row(R, [&](int64_t r) {
+            for (int64_t i = r * hidden; i < (r + 1) * hidden; ++i) x[i] += sum[i];
+            rms_row(x + r * hidden, post_norm, &h[r * hidden], hidden, eps);
+        });
         matmul(h.data(), R, hidden, w[5].data_ptr<T>(), gate_up.data(), hidden, 2 * I);
         // silu(gate) * up = gate / (1 + e^-gate) * up
-        for (int64_t r = 0; r < R; ++r) {
+        each_row(R, [&](int64_t r) {
             const T* gate = &gate_up[r * 2 * I];
             T* a = &act[r * I];
             for (int64_t i = 0; i < I; ++i) a[i] = -gate[i];
             exponentials(a, a, I);
             for (int64_t i = 0; i < I; ++i) a[i] = gate[i] / (T(1) + a[i]) * gate[I + i];
-        }
+        });
         matmul(act.data(), R, I, w[6].data_ptr<T>(), sum.data(), I, hidden);
-        for (int64_t i = 0; i < R * hidden; ++i) x[i] += sum[i];
+        each_row(R, [&](int64_t r) {
+            for (int64_t i = r * hidden; i < (r + 1) * hidden; ++i) x[i] += sum[i];
+        });
     }
     // The model's final norm, in place (rms_row reads each entry before it writes it), so the
     // caller's next step is the head: one torch operation fewer per call.
-    if (final_norm)
-        for (int64_t r = 0; r < R; ++r)
-            rms_row(x + r * hidden, final_norm->data_ptr<T>(), x + r * hidden, hidden, eps);
+    if (final_norm) {
+        const T* norm = final_norm->data_ptr<T>();
+        each_row(R, [&](int64_t r) { rms_row(x + r * hidden, norm, x + r * hidden, hidden, eps); });
+    }
     return out;
 }
 

@@ -8,8 +8,8 @@ the head stay in fast/forward.py. `window_mask` builds forward.window_mask's mas
 too: on a draft step of a small model the few torch operations around the layers cost more
 than the layers (BENCHMARKS.md, issue 24).
 
-It applies on a CPU to float32 and float64 weights and steps of at most 64 fed tokens in all
-(a decode step, a draft step, a verify, a tree of a batch); prefills longer than that, other
+It applies on a CPU to float32 and float64 weights and steps of at most 1024 fed tokens in all
+(a decode step, a draft step, a verify, a tree of a batch, most prefills); longer prefills, other
 dtypes, other devices, a kernel that cannot be built, or input off its contract run the eager
 loop, which is kept as the definition and raises the usual errors.
 
@@ -25,7 +25,7 @@ import torch
 
 from fast import native
 
-MAX_ROWS = 64       # fast/fused.cpp's fused::MAX_ROWS
+MAX_ROWS = 1024     # fast/fused.cpp's fused::MAX_ROWS
 _switch = native.Switch("FAST_FUSED")
 
 

@@ -10,10 +10,10 @@
 #include "fused.cpp"        // decoder_layers, window_mask (uses small_m.cpp's blocks)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("linear", &linear, "x [..., K] @ w[N, K]^T for at most 8 float32 rows (AVX2 + FMA), or "
+    m.def("linear", &linear, "x [..., K] @ w[N, K]^T for at most 64 float32 rows (AVX2 + FMA), or "
           "None where the kernel does not apply");
     m.def("decoder_layers", &decoder_layers, "a model's decoder layers (and its final norm, when "
-          "given) for at most 64 float32 or float64 rows in one call (fast/fused.py), or None "
+          "given) for at most 1024 float32 or float64 rows in one call (fast/fused.py), or None "
           "where the inputs are off its contract");
     m.def("window_mask", &window_mask, "forward.window_mask's [B, T, span] mask in one call, or "
           "None where the inputs are off its contract");

@@ -1,4 +1,4 @@
-// y = x w^T for a float32 x of a few rows (M <= 8) on an x86-64 CPU with AVX2 and FMA.
+// y = x w^T for a float32 x of a few rows (M <= MAX_ROWS) on an x86-64 CPU with AVX2 and FMA.
 //
 // Why: a decode step feeds 1 token per row and a verify k + 1, so every matmul of a speculative
 // round has a handful of rows against a weight matrix that is read once. The BLAS this torch
@@ -88,6 +88,10 @@ using Block = void (*)(const float*, int64_t, const float*, float*, int64_t, int
 constexpr Block BLOCKS[8] = {block<1>, block<2>, block<3>, block<4>,
                              block<5>, block<6>, block<7>, block<8>};
 
+// Rows of x the kernel takes: a batch's draft steps and verifies (8 rows of 5 are 40), and the
+// short prefills; longer products are BLAS's own ground.
+constexpr int64_t MAX_ROWS = 64;
+
 // Rows of w per parallel task: a multiple of every R, and enough work to be worth a thread.
 constexpr int64_t GRAIN = 64;
 
@@ -104,6 +108,13 @@ constexpr int64_t PANEL = 12;
 inline void many(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
                  int64_t N, int64_t begin, int64_t end) {
     if (M <= 3) return BLOCKS[M - 1](x, ldx, w, y, K, N, begin, end);
+    // More than MAX_ROWS rows (a prefill through fast/fused.cpp): MAX_ROWS at a time, so the rows
+    // a panel meets stay in L2; such a product is bound by arithmetic, not by the weights' reads.
+    if (M > MAX_ROWS) {
+        for (int64_t m0 = 0; m0 < M; m0 += MAX_ROWS)
+            many(x + m0 * ldx, std::min(MAX_ROWS, M - m0), ldx, w, y + m0 * N, K, N, begin, end);
+        return;
+    }
     const int64_t tail = M % 4;
     for (int64_t n = begin; n < end; n += PANEL) {
         const int64_t stop = std::min(end, n + PANEL);
@@ -113,10 +124,32 @@ inline void many(const float* x, int64_t M, int64_t ldx, const float* w, float* 
     }
 }
 
+// y [M, N] = x [M, K] (rows ldx apart) @ w [N, K]^T with many(), split across threads: by weight
+// rows where there are enough for every thread (each weight then read once, by one thread: what
+// a large model's step needs); else (a small model's matrices against many rows, where one
+// 64-row task would leave the other threads idle) by rows of x, 4 at a time, every thread
+// reading the whole small matrix. Each entry is the same operations whichever way: the split
+// changes no bit of y.
+inline void product(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
+                    int64_t N) {
+    const int64_t tasks = (N + GRAIN - 1) / GRAIN, threads = at::get_num_threads();
+    if (threads < 2 || M < 8 || tasks >= 2 * threads) {
+        at::parallel_for(0, tasks, 1, [&](int64_t first, int64_t last) {
+            many(x, M, ldx, w, y, K, N, first * GRAIN, std::min(N, last * GRAIN));
+        });
+        return;
+    }
+    const int64_t rows = ((M + threads - 1) / threads + 3) / 4 * 4;    // per thread, a multiple of 4
+    at::parallel_for(0, (M + rows - 1) / rows, 1, [&](int64_t first, int64_t last) {
+        const int64_t m0 = first * rows, m1 = std::min(M, last * rows);
+        many(x + m0 * ldx, m1 - m0, ldx, w, y + m0 * N, K, N, 0, N);
+    });
+}
+
 }  // namespace
 
-// x [..., K] @ w[N, K]^T -> [..., N], or nothing where the kernel does not apply: more than 8
-// rows, not float32 on the CPU, a gradient wanted, w not a contiguous [N, K], x's rows not one
+// x [..., K] @ w[N, K]^T -> [..., N], or nothing where the kernel does not apply: more than
+// MAX_ROWS rows, not float32 on the CPU, a gradient wanted, w not a contiguous [N, K], x's rows not one
 // uniform stride apart with contiguous entries (a strided view such as a chunk of a fused output
 // is read in place). The caller (fast/small_m.py) then uses F.linear. Nothing here throws: an
 // exception out of an extension built by another compiler than torch's crashed the process on
@@ -130,7 +163,7 @@ std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor&
     const int64_t K = x.size(-1), N = w.size(0);
     if (K < 1 || N < 1 || w.size(1) != K || x.stride(-1) != 1) return std::nullopt;
     const int64_t M = x.numel() / K;
-    if (M < 1 || M > 8) return std::nullopt;
+    if (M < 1 || M > MAX_ROWS) return std::nullopt;
     // rows: every index but the last, collapsed; uniform stride ldx between consecutive rows
     int64_t ldx = K;
     if (x.dim() >= 2 && M > 1) {
@@ -154,8 +187,6 @@ std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor&
     const float* xp = x.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
     float* yp = y.data_ptr<float>();
-    at::parallel_for(0, (N + GRAIN - 1) / GRAIN, 1, [&](int64_t first, int64_t last) {
-        many(xp, M, ldx, wp, yp, K, N, first * GRAIN, std::min(N, last * GRAIN));
-    });
+    product(xp, M, ldx, wp, yp, K, N);
     return y;
 }

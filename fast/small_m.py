@@ -1,14 +1,15 @@
 """Matrix products with few rows on the CPU: the decode step's and the verify's matmuls.
 
 `linear(x, w)` is F.linear(x, w) (no bias). Where x is float32 on an x86-64 CPU with AVX2 and
-FMA and has at most 8 rows in all (a decode step of up to 8 sequences, a verify of k + 1 <= 8
-tokens of one), it runs fast/small_m.cpp (built by fast/native.py); otherwise, or when the
+FMA and has at most 64 rows in all (a decode step or a verify of a batch of up to 8, a short
+prefill), it runs fast/small_m.cpp (built by fast/native.py); otherwise, or when the
 kernel is off or cannot be built, it is F.linear.
 
 Why a kernel of our own: the BLAS in torch's CPU build runs a [5, K] x [K, N] product in about 3x
 the time of [1, K] x [K, N] on this project's CPUs (BENCHMARKS.md, issue 24), so a verify of 5
 tokens costs about 3 decode steps however large the target; the kernel reads each weight once
-for all rows. It is also batch invariant: a row's result does not depend on the other rows
+for all rows (with more than 3 rows, a panel of weights at a time for every row, so 40 rows
+still read them once). It is also batch invariant: a row's result does not depend on the other rows
 (fast/small_m.cpp), so every matmul of a verify gives each token the row a decode step of that
 token would get, bit for bit.
 

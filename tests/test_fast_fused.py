@@ -173,7 +173,7 @@ def test_the_native_window_mask_is_forwards_definition():
 def test_off_contract_inputs_go_to_the_eager_loop():
     weights = model_weights(random_model("tiny", seed=8, dtype=torch.float64))
     s = weights.shape
-    rotary = rotary_table(s.head_dim, s.rope_theta, 96, weights.dtype, "cpu")
+    rotary = rotary_table(s.head_dim, s.rope_theta, 1100, weights.dtype, "cpu")
 
     def attempt(ids, span=None, mask=None, slots=None, cache=None):
         B, T = ids.shape
@@ -182,12 +182,13 @@ def test_off_contract_inputs_go_to_the_eager_loop():
         if mask is None:
             mask = window_mask(torch.zeros(B, dtype=torch.long),
                                torch.ones(T, T, dtype=torch.bool).tril(), span)
-        return fused.decoder_layers(weights, cache or new_cache(weights, B), ids, slots, slots,
-                                    mask, span, rotary)
+        return fused.decoder_layers(weights, cache or new_cache(weights, B, max(96, T)), ids,
+                                    slots, slots, mask, span, rotary)
 
-    assert attempt(torch.zeros(1, 64, dtype=torch.long)) is not None        # the limit itself
-    assert attempt(torch.zeros(1, 65, dtype=torch.long)) is None            # a long prefill
-    assert attempt(torch.zeros(9, 8, dtype=torch.long)) is None             # 72 rows in all
+    limit = fused.MAX_ROWS
+    assert attempt(torch.zeros(1, limit, dtype=torch.long)) is not None     # the limit itself
+    assert attempt(torch.zeros(1, limit + 1, dtype=torch.long)) is None     # a long prefill
+    assert attempt(torch.zeros(3, limit // 3 + 1, dtype=torch.long)) is None   # too many in all
     assert attempt(torch.full((1, 3), 256)) is None                         # an id past the vocab
     assert attempt(torch.zeros(1, 3, dtype=torch.long), slots=torch.tensor([[0, 1, 3]])) is None
     assert attempt(torch.zeros(1, 3, dtype=torch.long),
@@ -202,11 +203,11 @@ def test_off_contract_inputs_go_to_the_eager_loop():
                                 torch.ones(1, 2, 2, dtype=torch.bool).tril(), 2,
                                 rotary_table(s.head_dim, s.rope_theta, 96, torch.bfloat16, "cpu")) is None
     # forward still answers: the eager loop's own error for the bad id, its result for the rest
-    cache = new_cache(weights, 1)
+    cache = new_cache(weights, 1, limit + 1)
     with pytest.raises(IndexError):
         chain(weights, cache, torch.full((1, 3), 256), torch.zeros(1, dtype=torch.long), 3)
-    assert chain(weights, cache, torch.zeros(1, 70, dtype=torch.long), torch.zeros(1, dtype=torch.long),
-                 70).shape == (1, 70, 256)
+    assert chain(weights, cache, torch.zeros(1, limit + 1, dtype=torch.long),
+                 torch.zeros(1, dtype=torch.long), limit + 1).shape == (1, limit + 1, 256)
     with pytest.raises(TypeError, match="on must be True or False, got 1"):
         with fused.enabled(1):
             pass

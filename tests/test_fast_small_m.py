@@ -17,7 +17,8 @@ SHAPES = [(8, 1), (7, 3), (128, 384), (130, 67), (96, 200), (383, 1153)]
 
 
 @pytest.mark.parametrize("K,N", SHAPES)
-@pytest.mark.parametrize("M", range(1, 9))
+# every register block (1-3 rows, 4) and every 4-row tail, a batch's verify (40), the limit (64)
+@pytest.mark.parametrize("M", [*range(1, 10), 13, 40, 64])
 def test_kernel_computes_the_product(native_kernel, K, N, M):
     """Within float32 rounding of the float64 product, and no further from it than F.linear's
     float32 result (plus one rounding step of the sum's size)."""
@@ -36,13 +37,13 @@ def test_each_row_is_what_it_is_alone(native_kernel, K, N):
     """Batch invariance, bit for bit: row m of an M-row product equals the product of row m
     alone, for every M and on one thread or two (the tasks split N differently)."""
     g = torch.Generator().manual_seed(K + N)
-    x, w = torch.randn(8, K, generator=g), torch.randn(N, K, generator=g)
-    alone = torch.cat([native_kernel.linear(x[m:m + 1].contiguous(), w) for m in range(8)])   # [8, N]
+    x, w = torch.randn(40, K, generator=g), torch.randn(N, K, generator=g)
+    alone = torch.cat([native_kernel.linear(x[m:m + 1].contiguous(), w) for m in range(40)])  # [40, N]
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            for M in range(1, 9):
+            for M in (*range(1, 10), 15, 40):
                 assert torch.equal(native_kernel.linear(x[:M].contiguous(), w), alone[:M]), (threads, M)
     finally:
         torch.set_num_threads(before)
@@ -51,8 +52,8 @@ def test_each_row_is_what_it_is_alone(native_kernel, K, N):
 def test_linear_falls_back_to_f_linear_where_the_kernel_does_not_apply():
     g = torch.Generator().manual_seed(1)
     w = torch.randn(40, 24, generator=g)
-    cases = {"9 rows": torch.randn(9, 24, generator=g),
-             "3 x 3 rows": torch.randn(3, 3, 24, generator=g),
+    cases = {"65 rows": torch.randn(65, 24, generator=g),
+             "5 x 13 rows": torch.randn(5, 13, 24, generator=g),
              "float64": torch.randn(2, 24, generator=g, dtype=torch.float64)}
     for name, x in cases.items():
         weight = w.to(x.dtype)
@@ -88,7 +89,7 @@ def test_linear_runs_the_kernel_on_few_float32_rows(native_kernel):
 def test_kernel_answers_none_where_it_does_not_apply(native_kernel):
     """Its contract is checked in C++ and answered with None (never an exception)."""
     w = torch.randn(16, 8)
-    cases = {"9 rows": (torch.randn(9, 8), w), "float64": (torch.randn(2, 8).double(), w.double()),
+    cases = {"65 rows": (torch.randn(65, 8), w), "float64": (torch.randn(2, 8).double(), w.double()),
              "K mismatch": (torch.randn(2, 7), w), "w not contiguous": (torch.randn(2, 8), w.T.contiguous().T),
              "w 3-D": (torch.randn(2, 8), w[None]), "gradient": (torch.randn(2, 8, requires_grad=True), w),
              "no rows": (torch.randn(0, 8), w)}
