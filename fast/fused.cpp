@@ -182,18 +182,27 @@ inline float dot(const float* q, const float* k, int64_t D) {
     return lane_sum(acc);
 }
 
-// o += p * v over D entries
+// o [D] = sum over the visible slots j, in slot order, of p[j] * v[j] (v rows D apart)
 template <typename T>
-inline void accumulate(T* o, T p, const T* v, int64_t D) {
-    for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+inline void weighted_sum(T* o, const T* p, const bool* seen, const T* v, int64_t span, int64_t D) {
+    std::fill_n(o, D, T(0));
+    for (int64_t j = 0; j < span; ++j)
+        if (seen[j])
+            for (int64_t d = 0; d < D; ++d) o[d] += p[j] * v[j * D + d];
 }
 
-inline void accumulate(float* o, float p, const float* v, int64_t D) {
-    if (D % 8 != 0) return accumulate<float>(o, p, v, D);
-    const __m256 pv = _mm256_set1_ps(p);
-    for (int64_t d = 0; d < D; d += 8)
-        _mm256_storeu_ps(o + d, _mm256_add_ps(_mm256_loadu_ps(o + d),
-                                              _mm256_mul_ps(pv, _mm256_loadu_ps(v + d))));
+// float32 with D a multiple of 8: the same sums in the same order, 8 entries of o at a time in a
+// register across all slots (rather than o loaded and stored again for every slot).
+inline void weighted_sum(float* o, const float* p, const bool* seen, const float* v, int64_t span,
+                         int64_t D) {
+    if (D % 8 != 0) return weighted_sum<float>(o, p, seen, v, span, D);
+    for (int64_t d = 0; d < D; d += 8) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t j = 0; j < span; ++j)
+            if (seen[j])
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * D + d)));
+        _mm256_storeu_ps(o + d, acc);
+    }
 }
 
 inline bool float_tensor(const torch::Tensor& t, torch::ScalarType type, int64_t dim) {
@@ -332,14 +341,10 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                 for (int64_t j = 0; j < span; ++j) scores[j] -= top;
                 exponentials(scores.data(), scores.data(), span);
                 T* o = &attended[r * H * D + head * D];
-                std::fill_n(o, D, T(0));
                 T total = 0;
-                for (int64_t j = 0; j < span; ++j) {
-                    if (!seen[j]) continue;
-                    const T p = scores[j];
-                    total += p;
-                    accumulate(o, p, v0 + j * D, D);
-                }
+                for (int64_t j = 0; j < span; ++j)
+                    if (seen[j]) total += scores[j];
+                weighted_sum(o, scores.data(), seen, v0, span, D);
                 // Every fed token sees its own slot (forward.window_mask), so total >= 1.
                 for (int64_t d = 0; d < D; ++d) o[d] /= total;
             }

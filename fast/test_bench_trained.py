@@ -207,6 +207,55 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
                       f"{best[name] * 1e3:.2f} vs {best['decode'] * 1e3:.2f} ms")
 
 
+def test_t_matmul_floor(benchmark, figures, pair):
+    """What the arithmetic of this machine allows: the target's matrices (every layer's q/k/v,
+    o, gate/up and down, and the head) multiplied by 1, 5, 8 and 40 rows through the engine's
+    kernel (fast/small_m.py), alternating, minimum of 30 passes each, on the one intra-op thread
+    every benchmark here runs (fast/conftest.py). 5 / 1 row is a verify's
+    matmuls over a decode step's at batch 1, 40 / 8 rows the same at batch 8. A step of many
+    rows is bound by the FMA units, not by reading the weights, so its cost grows with its rows:
+    with the batch-8 step costs of this run, speculation's best case (every proposal accepted,
+    k + 1 tokens per call) is (k + 1) / (40/8-row floor + k small-draft steps), an upper bound on
+    the batch-8 speed-up of any draft at this k on this machine."""
+    from fast.small_m import linear
+    from fast.weights import model_weights
+    benchmark.group = f"(t) {pair.name} pair, target matmul floor"
+    weights = model_weights(pair.target)
+    matrices = [w for layer in weights.layers for w in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    matrices.append(weights.lm_head)
+    fmas = sum(w.numel() for w in matrices)
+    g = torch.Generator().manual_seed(0)
+    inputs = {rows: {w.shape[1]: torch.randn(rows, w.shape[1], generator=g) for w in matrices}
+              for rows in (1, 5, 8, 40)}                                   # [rows, K] per K
+    best = {rows: float("inf") for rows in inputs}
+
+    def one_each():
+        for rows, xs in inputs.items():
+            start = time.perf_counter()
+            for w in matrices:
+                linear(xs[w.shape[1]], w)
+            best[rows] = min(best[rows], time.perf_counter() - start)
+
+    benchmark.pedantic(one_each, rounds=1 if benchmark.disabled else 30, warmup_rounds=0)
+    if benchmark.disabled:
+        return
+    rate = 40 * fmas / best[40] / 1e9
+    for many, few in ((5, 1), (40, 8)):
+        cost = best[many] / best[few]
+        figures.put(f"t/{pair.name}/matmul/{many}/{few}", cost)
+        figures.ratio(benchmark, f"(t) {pair.name}, target's matmuls, {many} rows / {few}", cost,
+                      None, None, f"{best[many] * 1e3:.2f} vs {best[few] * 1e3:.2f} ms; "
+                      f"{many * fmas / best[many] / 1e9:.1f} G multiply-adds/s")
+    draft = figures.get(f"t/{pair.name}/fast/8/small")
+    if draft is not None:
+        ceiling = (K + 1) / (best[40] / best[8] + K * draft)
+        figures.put(f"t/{pair.name}/matmul/ceiling8", ceiling)
+        figures.ratio(benchmark, f"(t) {pair.name}, B=8 speed-up if every proposal were accepted, "
+                      f"k={K}", ceiling, None, None,
+                      f"(k + 1) / (matmul floor {best[40] / best[8]:.2f} + {K} x small {draft:.3f}); "
+                      f"40 rows run at {rate:.1f} G multiply-adds/s")
+
+
 def step_cost_bound(figures, pair_name, batch, draft_name):
     """tokens per call -> tokens per call / (verify + k draft steps), in decode-step units,
     from this run's step costs (None when test_t_fast_step_costs did not run)."""
