@@ -7,7 +7,7 @@
 #include "small_m.cpp"      // linear
 #include "rejection.cpp"    // rejection_sample
 #include "lookup.cpp"       // lookup
-#include "fused.cpp"        // decoder_layers, window_mask (uses small_m.cpp's blocks)
+#include "fused.cpp"        // decoder_layers, window_mask (uses small_m.cpp's product)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("linear", &linear, "x [..., K] @ w[N, K]^T for at most 64 float32 rows (AVX2 + FMA), or "

@@ -77,7 +77,8 @@ inline void rows(const float* x, int64_t ldx, const float* w, float* y, int64_t 
 template <int M>
 void block(const float* x, int64_t ldx, const float* w, float* y, int64_t K, int64_t N,
            int64_t begin, int64_t end) {
-    constexpr int R = M <= 3 ? 4 : (M == 4 ? 3 : (M <= 6 ? 2 : 1));
+    static_assert(M >= 1 && M <= 4, "many() feeds blocks of at most 4 rows");
+    constexpr int R = M <= 3 ? 4 : 3;
     int64_t n = begin;
     for (; n + R <= end; n += R) rows<M, R>(x, ldx, w, y, K, N, n);
     for (; n < end; ++n) rows<M, 1>(x, ldx, w, y, K, N, n);
@@ -85,14 +86,14 @@ void block(const float* x, int64_t ldx, const float* w, float* y, int64_t K, int
 
 using Block = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t, int64_t,
                        int64_t);
-constexpr Block BLOCKS[8] = {block<1>, block<2>, block<3>, block<4>,
-                             block<5>, block<6>, block<7>, block<8>};
+constexpr Block BLOCKS[4] = {block<1>, block<2>, block<3>, block<4>};
 
 // Rows of x the kernel takes: a batch's draft steps and verifies (8 rows of 5 are 40), and the
 // short prefills; longer products are BLAS's own ground.
 constexpr int64_t MAX_ROWS = 64;
 
-// Rows of w per parallel task: a multiple of every R, and enough work to be worth a thread.
+// Rows of w per parallel task: enough work to be worth a thread (a task's last panel may be short;
+// its rows go through the same blocks).
 constexpr int64_t GRAIN = 64;
 
 // Weight rows per panel in many(): a multiple of R for 4 rows of x (3) and for the 1-3 rows left
