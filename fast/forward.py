@@ -89,7 +89,7 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     if rotary is None:
         rotary = rotary_table(s.head_dim, s.rope_theta, cache.capacity, weights.dtype, ids.device)
     x = fused.decoder_layers(weights, cache, ids, slots, positions, mask, span, rotary,
-                             final_norm=logits_at is not None)
+                             final_norm=logits_at is not None, cache_only=logits_at is None)
     normed = x is not None
     if x is None:
         x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary)

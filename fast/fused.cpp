@@ -231,7 +231,7 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                                  const torch::Tensor& mask, int64_t span,
                                  const torch::Tensor& cos_table, const torch::Tensor& sin_table,
                                  int64_t H, int64_t KV, int64_t D, double eps_value,
-                                 const std::optional<torch::Tensor>& final_norm) {
+                                 const std::optional<torch::Tensor>& final_norm, bool cache_only) {
     const auto type = embed.scalar_type();
     const int64_t B = ids.size(0), Tn = ids.size(1), R = B * Tn;
     const int64_t vocab = embed.size(0), hidden = embed.size(1);
@@ -321,6 +321,9 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                 std::copy_n(row + (H + KV + g) * D, D, value_store + at);
             }
         });
+        // A prefill wants the cache and no logits: past the last layer's keys and values nothing
+        // it computes is read (its attention and MLP would only feed the head).
+        if (cache_only && l == L - 1) return torch::empty({B, Tn, 0}, embed.options());
 
         // Attention of each (token, query head) over the visible slots, in slot order.
         at::parallel_for(0, R * H, 4, [&](int64_t first, int64_t last) {
@@ -380,9 +383,10 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
 
 }  // namespace fused
 
-// The decoder layers' output x [B, T, hidden] (after final_norm where one is given), or nothing
-// where the contract at the top of this file does not hold. Keys/values of the fed tokens are
-// written into the given per-layer cache tensors [max_batch, KV, capacity, D] at `slots`.
+// The decoder layers' output x [B, T, hidden] (after final_norm where one is given; an empty
+// [B, T, 0] when cache_only), or nothing where the contract at the top of this file does not hold.
+// Keys/values of the fed tokens are written into the given per-layer cache tensors
+// [max_batch, KV, capacity, D] at `slots`.
 std::optional<torch::Tensor> decoder_layers(
         const torch::Tensor& ids, const torch::Tensor& embed,
         const std::vector<torch::Tensor>& layers, const std::vector<torch::Tensor>& keys,
@@ -390,7 +394,7 @@ std::optional<torch::Tensor> decoder_layers(
         const torch::Tensor& positions, const torch::Tensor& mask, int64_t span,
         const torch::Tensor& cos_table, const torch::Tensor& sin_table, int64_t heads,
         int64_t kv_heads, int64_t head_dim, double eps,
-        const std::optional<torch::Tensor>& final_norm) {
+        const std::optional<torch::Tensor>& final_norm, bool cache_only) {
     if (!ids.defined() || !embed.defined() || ids.dim() != 2 || embed.dim() != 2 ||
         !embed.device().is_cpu() || !embed.is_contiguous() || embed.requires_grad() ||
         head_dim > 512)
@@ -401,10 +405,10 @@ std::optional<torch::Tensor> decoder_layers(
         return std::nullopt;
     if (embed.scalar_type() == torch::kFloat)
         return fused::run<float>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                 cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm);
+                                 cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only);
     if (embed.scalar_type() == torch::kDouble)
         return fused::run<double>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                  cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm);
+                                  cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only);
     return std::nullopt;
 }
 

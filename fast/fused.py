@@ -3,7 +3,8 @@
 The CPU counterpart of a replayed CUDA graph: where a step of the eager forward runs ~35 torch
 operations a layer, each with its Python call, dispatch and allocation, this runs the
 embedding and every decoder layer as one call into plain loops over buffers allocated once.
-The final norm comes with it on request (`final_norm`); the row selection for `logits_at` and
+The final norm comes with it on request (`final_norm`), and a prefill that wants only the cache
+stops after the last layer's keys and values (`cache_only`); the row selection for `logits_at` and
 the head stay in fast/forward.py. `window_mask` builds forward.window_mask's mask in one call
 too: on a draft step of a small model the few torch operations around the layers cost more
 than the layers (BENCHMARKS.md, issue 24).
@@ -50,10 +51,10 @@ def _flat(weights) -> list:
 
 
 def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary,
-                   final_norm: bool = False):
-    """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm),
-    keys/values written to `cache`; or None where the fused call does not apply (module
-    docstring)."""
+                   final_norm: bool = False, cache_only: bool = False):
+    """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm;
+    an empty [B, T, 0] when cache_only), keys/values written to `cache`; or None where the fused
+    call does not apply (module docstring)."""
     if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
             or weights.dtype not in (torch.float32, torch.float64)):
         return None
@@ -68,7 +69,7 @@ def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotar
                                  cache.values, slots.contiguous(), positions.contiguous(),
                                  mask.contiguous(), span, cos, sin, s.num_heads,
                                  s.num_kv_heads, s.head_dim, s.eps,
-                                 weights.norm if final_norm else None)
+                                 weights.norm if final_norm else None, cache_only)
 
 
 def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int):

@@ -145,6 +145,26 @@ def test_the_final_norm_in_the_call_is_the_models_final_norm(dtype):
     assert (normed - expected).abs().max() <= TOLERANCE[dtype] * expected.abs().max()
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_cache_only_call_writes_the_same_cache(dtype):
+    """cache_only=True (a prefill: forward with logits_at=None) stops after the last layer's keys
+    and values: every layer's cache entries are bit for bit those of the full call, and the
+    answer is an empty [B, T, 0], not None (None would send the step to the eager loop and
+    write the cache twice)."""
+    weights = model_weights(random_model("tiny", seed=11, dtype=dtype))
+    s = weights.shape
+    rotary = rotary_table(s.head_dim, s.rope_theta, 64, dtype, "cpu")
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(6))
+    slots = torch.arange(9).expand(2, 9)
+    mask = window_mask(torch.zeros(2, dtype=torch.long), torch.ones(9, 9, dtype=torch.bool).tril(), 9)
+    caches = [new_cache(weights, 2, 64) for _ in range(2)]
+    full, short = (fused.decoder_layers(weights, cache, ids, slots, slots, mask, 9, rotary,
+                                        cache_only=only) for cache, only in zip(caches, (False, True)))
+    assert full.shape == (2, 9, s.hidden_size) and short.shape == (2, 9, 0)
+    for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values):
+        assert torch.equal(a, b)
+
+
 def test_the_native_window_mask_is_forwards_definition():
     """fast_native.window_mask against forward.window_mask's torch operations, bit for bit: chain
     and tree visibilities, windows that start at 0, inside the span and past it, spans shorter
