@@ -129,19 +129,25 @@ def test_each_row_is_what_it_is_alone_bit_for_bit():
     assert all(torch.equal(three[b], verify) for b in range(3))
 
 
+def prefill_call(weights, B, T, **options):
+    """fused.decoder_layers over seeded ids [B, T] fed from slot 0 into a new cache, with
+    `options`: (its answer, the cache)."""
+    s = weights.shape
+    rotary = rotary_table(s.head_dim, s.rope_theta, 64, weights.dtype, "cpu")
+    ids = torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(B * 100 + T))
+    slots = torch.arange(T).expand(B, T)
+    mask = window_mask(torch.zeros(B, dtype=torch.long), torch.ones(T, T, dtype=torch.bool).tril(), T)
+    cache = new_cache(weights, B, 64)
+    return fused.decoder_layers(weights, cache, ids, slots, slots, mask, T, rotary, **options), cache
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_the_final_norm_in_the_call_is_the_models_final_norm(dtype):
     """final_norm=True: the rows rms_norm(x, weights.norm) would give after the call without it."""
     from fast.forward import rms_norm
     weights = model_weights(random_model("tiny", seed=10, dtype=dtype))
-    s = weights.shape
-    rotary = rotary_table(s.head_dim, s.rope_theta, 64, dtype, "cpu")
-    ids = torch.randint(0, 256, (3, 7), generator=torch.Generator().manual_seed(4))
-    slots = torch.arange(7).expand(3, 7)
-    mask = window_mask(torch.zeros(3, dtype=torch.long), torch.ones(7, 7, dtype=torch.bool).tril(), 7)
-    plain, normed = (fused.decoder_layers(weights, new_cache(weights, 3, 64), ids, slots, slots,
-                                          mask, 7, rotary, final_norm=on) for on in (False, True))
-    expected = rms_norm(plain, weights.norm, s.eps)
+    (plain, _), (normed, _) = (prefill_call(weights, 3, 7, final_norm=on) for on in (False, True))
+    expected = rms_norm(plain, weights.norm, weights.shape.eps)
     assert (normed - expected).abs().max() <= TOLERANCE[dtype] * expected.abs().max()
 
 
@@ -152,16 +158,9 @@ def test_a_cache_only_call_writes_the_same_cache(dtype):
     answer is an empty [B, T, 0], not None (None would send the step to the eager loop and
     write the cache twice)."""
     weights = model_weights(random_model("tiny", seed=11, dtype=dtype))
-    s = weights.shape
-    rotary = rotary_table(s.head_dim, s.rope_theta, 64, dtype, "cpu")
-    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(6))
-    slots = torch.arange(9).expand(2, 9)
-    mask = window_mask(torch.zeros(2, dtype=torch.long), torch.ones(9, 9, dtype=torch.bool).tril(), 9)
-    caches = [new_cache(weights, 2, 64) for _ in range(2)]
-    full, short = (fused.decoder_layers(weights, cache, ids, slots, slots, mask, 9, rotary,
-                                        cache_only=only) for cache, only in zip(caches, (False, True)))
-    assert full.shape == (2, 9, s.hidden_size) and short.shape == (2, 9, 0)
-    for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values):
+    (full, cache), (short, cache_only) = (prefill_call(weights, 2, 9, cache_only=on) for on in (False, True))
+    assert full.shape == (2, 9, weights.shape.hidden_size) and short.shape == (2, 9, 0)
+    for a, b in zip(cache.keys + cache.values, cache_only.keys + cache_only.values):
         assert torch.equal(a, b)
 
 
