@@ -31,6 +31,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace fused {
@@ -159,6 +160,28 @@ inline void exponentials(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = exponential(x[i]);
 }
 
+// a [I] = silu(gate) * up = gate / (1 + e^-gate) * up, gate = gate_up[:I], up = gate_up[I:]
+template <typename T>
+inline void swiglu(const T* gate_up, T* a, int64_t I) {
+    for (int64_t i = 0; i < I; ++i) a[i] = -gate_up[i];
+    exponentials(a, a, I);
+    for (int64_t i = 0; i < I; ++i) a[i] = gate_up[i] / (T(1) + a[i]) * gate_up[I + i];
+}
+
+// float32: the same operations lane by lane, 8 entries at a time in one pass (three passes
+// over a row of the intermediate width cost a verify ~1 us a row a layer)
+inline void swiglu(const float* gate_up, float* a, int64_t I) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= I; i += 8) {
+        const __m256 gate = _mm256_loadu_ps(gate_up + i);
+        const __m256 e = exponential8(_mm256_xor_ps(gate, sign));
+        _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(gate, _mm256_add_ps(one, e)),
+                                              _mm256_loadu_ps(gate_up + I + i)));
+    }
+    for (; i < I; ++i) a[i] = gate_up[i] / (1.0f + exponential(-gate_up[i])) * gate_up[I + i];
+}
+
 // q . k over D entries: 8 partial sums over d (ascending), added in one fixed order, then the
 // tail; independent lanes, so the compiler vectorizes the loop without reassociating anything.
 template <typename T>
@@ -172,16 +195,6 @@ inline T dot(const T* q, const T* k, int64_t D) {
     return s;
 }
 
-// float32 with D a multiple of 8 (every Qwen3 head size): one 8-lane accumulator over d,
-// reduced in small_m.cpp's fixed lane order.
-inline float dot(const float* q, const float* k, int64_t D) {
-    if (D % 8 != 0) return dot<float>(q, k, D);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8)
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d)));
-    return lane_sum(acc);
-}
-
 // o [D] = sum over the visible slots j, in slot order, of p[j] * v[j] (v rows D apart)
 template <typename T>
 inline void weighted_sum(T* o, const T* p, const bool* seen, const T* v, int64_t span, int64_t D) {
@@ -191,17 +204,129 @@ inline void weighted_sum(T* o, const T* p, const bool* seen, const T* v, int64_t
             for (int64_t d = 0; d < D; ++d) o[d] += p[j] * v[j * D + d];
 }
 
-// float32 with D a multiple of 8: the same sums in the same order, 8 entries of o at a time in a
-// register across all slots (rather than o loaded and stored again for every slot).
-inline void weighted_sum(float* o, const float* p, const bool* seen, const float* v, int64_t span,
-                         int64_t D) {
-    if (D % 8 != 0) return weighted_sum<float>(o, p, seen, v, span, D);
-    for (int64_t d = 0; d < D; d += 8) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t j = 0; j < span; ++j)
-            if (seen[j])
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * D + d)));
-        _mm256_storeu_ps(o + d, acc);
+// The 8 sums of a[0]..a[7]'s lanes, a[s]'s in lane s, each reduced in one fixed order,
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), whichever lane it lands in: 7 operations
+// for 8 sums, where lane_sum() takes ~5 for one.
+inline __m256 lane_sums8(const __m256* a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// o [8V] = sum of p[j] * v[j] over the visible slots j in slot order, v rows D apart: even and odd
+// slots in two sets of V registers, added at the end (two chains of half the length: a long
+// chain of dependent FMAs, not the arithmetic, set the pace of one accumulator).
+template <int V>
+inline void weighted_sum8(float* o, const float* p, const bool* seen, const float* v,
+                          int64_t span, int64_t D) {
+    __m256 even[V], odd[V];
+    for (int i = 0; i < V; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 2 <= span; j += 2) {
+        if (seen[j]) {
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            for (int i = 0; i < V; ++i) even[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * D + 8 * i), even[i]);
+        }
+        if (seen[j + 1]) {
+            const __m256 pj = _mm256_set1_ps(p[j + 1]);
+            for (int i = 0; i < V; ++i) odd[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + (j + 1) * D + 8 * i), odd[i]);
+        }
+    }
+    if (j < span && seen[j]) {
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        for (int i = 0; i < V; ++i) even[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * D + 8 * i), even[i]);
+    }
+    for (int i = 0; i < V; ++i) _mm256_storeu_ps(o + 8 * i, _mm256_add_ps(even[i], odd[i]));
+}
+
+// Attention of one query q [D] (D a multiple of 8) over the visible slots of keys k0 and
+// values v0 [span, D]: o [D] = softmax(q . k * scale) @ v. scores: room for span rounded up to 8.
+// DV = D / 8 where it is known when compiled (the common head sizes: every loop over D then has
+// fixed bounds and offsets), 0 where D is only known at run time.
+//
+// Why not the loop in run(): there each score is one dependent chain (D / 8 adds, then a lane
+// sum) and the weighted sum one chain per 8 entries of o over every slot, so a decode step's
+// attention waited on latency, ~1 us a head for 53 slots; here 8 slots' dot products run side by
+// side and the weighted sum has two chains. A verify of 5 tokens pays attention 5 times, a decode
+// step once, so this is most of what the verify costs beyond its matmuls.
+//
+// Batch invariance: every score, the softmax total and every entry of o are the same operations
+// in the same order for a given query and cache, whatever the span beyond the visible slots:
+// a score's lanes are reduced by one tree wherever it sits in a block of 8 (slots past the span
+// read a valid slot and are discarded), masked slots give exactly 0 to the total and are skipped
+// by the weighted sum (their keys and values may be anything, even never written).
+template <int DV>
+inline void attend8(const float* q, const bool* seen, const float* k0, const float* v0,
+                    int64_t span, int64_t D_run, float scale, float* scores, float* o) {
+    const int64_t D = DV ? 8 * DV : D_run;
+    const __m256 hidden_slot = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    const int64_t padded = (span + 7) / 8 * 8;
+    __m256 top = hidden_slot;
+    for (int64_t j0 = 0; j0 < padded; j0 += 8) {
+        __m256 a[8];
+        for (int s = 0; s < 8; ++s) a[s] = _mm256_setzero_ps();
+        __m256 shown;
+        if (j0 + 8 <= span) {
+            const float* k = k0 + j0 * D;
+            for (int64_t d = 0; d < D; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + d);
+                for (int s = 0; s < 8; ++s) a[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + s * D + d), a[s]);
+            }
+            int64_t bytes;               // the 8 slots' visibility, one byte each
+            std::memcpy(&bytes, seen + j0, 8);
+            const __m256i flags = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+            shown = _mm256_castsi256_ps(_mm256_cmpgt_epi32(flags, _mm256_setzero_si256()));
+        } else {
+            // the last, partial block: slots past the span read the last slot, then are hidden
+            const float* k[8];
+            alignas(32) float visible[8];
+            for (int s = 0; s < 8; ++s) {
+                k[s] = k0 + std::min(j0 + s, span - 1) * D;
+                visible[s] = j0 + s < span && seen[j0 + s] ? 1.0f : 0.0f;
+            }
+            for (int64_t d = 0; d < D; d += 8) {
+                const __m256 qv = _mm256_loadu_ps(q + d);
+                for (int s = 0; s < 8; ++s) a[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[s] + d), a[s]);
+            }
+            shown = _mm256_cmp_ps(_mm256_load_ps(visible), _mm256_setzero_ps(), _CMP_NEQ_OQ);
+        }
+        const __m256 block = _mm256_blendv_ps(hidden_slot, _mm256_mul_ps(lane_sums8(a), _mm256_set1_ps(scale)), shown);
+        _mm256_storeu_ps(scores + j0, block);
+        top = _mm256_max_ps(top, block);
+    }
+    // the largest visible score (a maximum is exact in any order); every fed token sees its own
+    // slot (forward.window_mask), so it is finite
+    const __m128 half = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    const __m128 quarter = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    const __m256 largest = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(quarter, _mm_shuffle_ps(quarter, quarter, 1))));
+    // e^(score - largest), 0 for a hidden slot; the total over 8 lanes (slot j in lane j % 8),
+    // reduced in lane_sum's order
+    __m256 lanes = _mm256_setzero_ps();
+    for (int64_t j0 = 0; j0 < padded; j0 += 8) {
+        const __m256 p = exponential8(_mm256_sub_ps(_mm256_loadu_ps(scores + j0), largest));
+        _mm256_storeu_ps(scores + j0, p);
+        lanes = _mm256_add_ps(lanes, p);
+    }
+    const __m256 total = _mm256_set1_ps(lane_sum(lanes));
+    const int64_t V = D / 8;
+    int64_t i = 0;
+    for (; i + 4 <= V; i += 4) weighted_sum8<4>(o + 8 * i, scores, seen, v0 + 8 * i, span, D);
+    if (V - i == 3) weighted_sum8<3>(o + 8 * i, scores, seen, v0 + 8 * i, span, D);
+    if (V - i == 2) weighted_sum8<2>(o + 8 * i, scores, seen, v0 + 8 * i, span, D);
+    if (V - i == 1) weighted_sum8<1>(o + 8 * i, scores, seen, v0 + 8 * i, span, D);
+    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(o + d), total));
+}
+
+// attend8 with the head size fixed when compiled where it is a common one
+inline void attend(const float* q, const bool* seen, const float* k0, const float* v0,
+                   int64_t span, int64_t D, float scale, float* scores, float* o) {
+    switch (D) {
+        case 16: return attend8<2>(q, seen, k0, v0, span, D, scale, scores, o);
+        case 32: return attend8<4>(q, seen, k0, v0, span, D, scale, scores, o);
+        case 64: return attend8<8>(q, seen, k0, v0, span, D, scale, scores, o);
+        case 128: return attend8<16>(q, seen, k0, v0, span, D, scale, scores, o);
+        default: return attend8<0>(q, seen, k0, v0, span, D, scale, scores, o);
     }
 }
 
@@ -327,13 +452,19 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
 
         // Attention of each (token, query head) over the visible slots, in slot order.
         at::parallel_for(0, R * H, 4, [&](int64_t first, int64_t last) {
-            std::vector<T> scores(span);
+            std::vector<T> scores((span + 7) / 8 * 8);
             for (int64_t item = first; item < last; ++item) {
                 const int64_t r = item / H, head = item % H, b = r / Tn, g = head / group;
                 const T* q = &qkv[r * QKV + head * D];
                 const bool* seen = visible + r * span;
                 const T* k0 = key_store + (b * KV + g) * capacity * D;
                 const T* v0 = value_store + (b * KV + g) * capacity * D;
+                if constexpr (std::is_same_v<T, float>) {
+                    if (D % 8 == 0) {
+                        attend(q, seen, k0, v0, span, D, scale, scores.data(), &attended[r * H * D + head * D]);
+                        continue;
+                    }
+                }
                 T top = -std::numeric_limits<T>::infinity();
                 for (int64_t j = 0; j < span; ++j) {
                     scores[j] = seen[j] ? dot(q, k0 + j * D, D) * scale
@@ -359,14 +490,7 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
             rms_row(x + r * hidden, post_norm, &h[r * hidden], hidden, eps);
         });
         matmul(h.data(), R, hidden, w[5].data_ptr<T>(), gate_up.data(), hidden, 2 * I);
-        // silu(gate) * up = gate / (1 + e^-gate) * up
-        each_row(R, [&](int64_t r) {
-            const T* gate = &gate_up[r * 2 * I];
-            T* a = &act[r * I];
-            for (int64_t i = 0; i < I; ++i) a[i] = -gate[i];
-            exponentials(a, a, I);
-            for (int64_t i = 0; i < I; ++i) a[i] = gate[i] / (T(1) + a[i]) * gate[I + i];
-        });
+        each_row(R, [&](int64_t r) { swiglu(&gate_up[r * 2 * I], &act[r * I], I); });
         matmul(act.data(), R, I, w[6].data_ptr<T>(), sum.data(), I, hidden);
         each_row(R, [&](int64_t r) {
             for (int64_t i = r * hidden; i < (r + 1) * hidden; ++i) x[i] += sum[i];

@@ -68,12 +68,16 @@ def test_chain_steps_match_the_eager_loop(dtype, batch, block):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_an_early_exit_draft_and_an_odd_shape_match(dtype):
-    """Shared layers (an early exit), and 6 query heads on 1 key/value head of 20 with widths
-    that are no multiple of 8 (every loop's tail)."""
+    """Shared layers (an early exit); 6 query heads on 1 key/value head of 20 with widths that
+    are no multiple of 8 (every loop's tail); and a head size of 24, a multiple of 8 that
+    attention's compiled sizes (16, 32, 64, 128) leave to its run-time loop."""
     target = random_model("tiny", seed=4, dtype=dtype)
     odd = preset("tiny", hidden_size=90, intermediate_size=100, num_hidden_layers=2,
                  num_attention_heads=6, num_key_value_heads=1, head_dim=20)
-    for model in (EarlyExit(target, 2), random_model(odd, seed=5, dtype=dtype)):
+    head_24 = preset("tiny", hidden_size=96, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=24)
+    for model in (EarlyExit(target, 2), random_model(odd, seed=5, dtype=dtype),
+                  random_model(head_24, seed=6, dtype=dtype)):
         weights = model_weights(model)
         (a, _), (b, _) = ragged_run(weights, 2, 3, seed=1)
         assert (a - b).abs().max() <= TOLERANCE[dtype] * b.abs().max()
@@ -98,11 +102,13 @@ def test_a_tree_step_matches_the_eager_loop():
     assert (a - b).abs().max() <= 1e-10 * b.abs().max()
 
 
-def test_each_row_is_what_it_is_alone_bit_for_bit():
+@pytest.mark.parametrize("head_dim", [16, 24])
+def test_each_row_is_what_it_is_alone_bit_for_bit(head_dim):
     """float32, fused: the decoder output for a token verified among 5 is the very output a
     decode step of that token gives on the same cache (batch invariance), and a row of a batch
-    of 3 is what it is in a batch of 1."""
-    weights = model_weights(random_model("tiny", seed=7))
+    of 3 is what it is in a batch of 1; with a head size attention compiles in (16) and one it
+    runs with a run-time size (24). The spans (13-17 slots) end inside a block of 8 slots."""
+    weights = model_weights(random_model(preset("tiny", head_dim=head_dim), seed=7))
     s = weights.shape
     rotary = rotary_table(s.head_dim, s.rope_theta, 64, weights.dtype, "cpu")
     prompt, tokens = torch.randint(0, 256, (1, 12)), torch.randint(0, 256, (1, 5))
