@@ -142,7 +142,8 @@ def test_t_reference(benchmark, figures, pair, draft_name, temperature):
 # Issue 24's goals for the fast engine on the weight-bound pair, speculative / plain, by batch
 # (the committed pair's rows carry none: "(none)" in the summary).
 FAST_GOALS = {1: (1.5, ">= 1.5"), 8: (1.1, ">= 1.1")}
-# Issue 24's goals for the weight-bound target's step costs.
+# Issue 24's goals for the weight-bound target's step costs, at batch 1 (a verify of k + 1 = 5
+# tokens; at batch 8 a verify is 40 rows, and the figure is reported without a goal).
 STEP_GOALS = {"verify": (1.1, "<= 1.1"), "small": (0.1, "<= 0.1"), "early-exit": (None, None)}
 NO_GOAL = (None, None)
 
@@ -151,8 +152,8 @@ def fast_goal(pair, batch):
     return FAST_GOALS[batch] if pair.name == "large" else NO_GOAL
 
 
-def step_goal(pair, name):
-    return STEP_GOALS[name] if pair.name == "large" else NO_GOAL
+def step_goal(pair, name, batch):
+    return STEP_GOALS[name] if pair.name == "large" and batch == 1 else NO_GOAL
 
 
 @pytest.mark.parametrize("batch", (1, 8))
@@ -164,11 +165,12 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
 
     Paired: 100 rounds, each running every step once, and a step's cost is the median over the
     rounds of its time / the same round's decode step (the same for fused / eager: each step's
-    fused time / its eager time in the round). The target's decode and verify swap places every
-    round, so neither always runs right after the other or after a draft. Why not a ratio of two
-    minima, as before: on this shared machine the speed of a step drifts by 10-20% within a run,
-    and minima taken at different moments of the run moved the verify / decode ratio between 1.02
-    and 1.12 in repeated runs of the same code; a ratio of neighbouring calls cancels the drift."""
+    fused time / its eager time in the round): the typical cost of the step beside the decode
+    step it replaces, where a ratio of two minima compares each step's luckiest moment, taken
+    at different times of a run on a shared machine whose speed drifts by 10-20%. The target's
+    decode and verify swap places every round, so neither always runs right after the other or
+    after a draft. The ratio of the minima is printed beside each figure; repeated runs of the
+    same code still spread (BENCHMARKS.md, issue 24)."""
     from fast.graphs import StepRunner
     from fast.runner import ModelRunner
     from fast.weights import model_weights
@@ -210,21 +212,26 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
     def ms(key):
         return statistics.median(seconds[key]) * 1e3
 
+    def of_minima(a, b):
+        return f"; ratio of minima {min(seconds[a]) / min(seconds[b]):.3f}"
+
     for name in steps:
         what = f"verify of {K + 1} tokens" if name == "verify" else f"{name} step"
         cut = paired((name, True), (name, False))
         figures.put(f"t/{pair.name}/fast/{batch}/{name}/fused-over-eager", cut)
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} fused / eager, B={batch}", cut,
-                      None, None, f"medians {ms((name, True)):.2f} vs {ms((name, False)):.2f} ms")
+                      None, None, f"medians {ms((name, True)):.2f} vs {ms((name, False)):.2f} ms"
+                      + of_minima((name, True), (name, False)))
     for name in ("verify", "small", "early-exit"):
         cost = paired((name, True), ("decode", True))
         figures.put(f"t/{pair.name}/fast/{batch}/{name}", cost)
-        threshold, goal = step_goal(pair, name)
+        threshold, goal = step_goal(pair, name, batch)
         what = f"verify of {K + 1} tokens" if name == "verify" else f"{name} draft step"
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} / target decode step, B={batch}",
                       cost, goal,
                       None if goal is None else cost <= threshold,
-                      f"medians {ms((name, True)):.2f} vs {ms(('decode', True)):.2f} ms")
+                      f"medians {ms((name, True)):.2f} vs {ms(('decode', True)):.2f} ms"
+                      + of_minima((name, True), ("decode", True)))
 
 
 def test_t_matmul_floor(benchmark, figures, pair):
