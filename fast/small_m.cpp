@@ -12,8 +12,9 @@
 // of 8 (one FMA each, k ascending), one fixed pairwise reduction of the 8 lanes, then the tail
 // k = 8 * floor(K / 8) .. K - 1 added in order with fmaf. So every matmul of a verify gives a
 // token's row bit for bit what a decode step of that token gives (tests/test_fast_small_m.py);
-// what still rounds differently between the two is attention over 1 vs k + 1 rows. Compiled
-// without floating-point contraction, so the compiler fuses nothing on its own.
+// fast/fused.cpp's attention is per row and head too, so a fused verify row is its decode step
+// bit for bit (the eager path's attention, torch's, may round 1 and k + 1 rows differently).
+// Compiled without floating-point contraction, so the compiler fuses nothing on its own.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -73,7 +74,8 @@ inline void rows(const float* x, int64_t ldx, const float* w, float* y, int64_t 
 
 // Rows [begin, end) of w, R at a time and one at a time for what is left. R keeps M * R
 // accumulators, R weight vectors and one x vector within the 16 ymm registers (4 x 3: 12 + 3 + 1,
-// seven loads for twelve FMAs, so the FMA units rather than the loads set the pace).
+// seven loads for twelve FMAs, so the FMA units rather than the loads set the pace; 5 x 2 and
+// 6 x 2: 13 and 15 registers).
 template <int M>
 void block(const float* x, int64_t ldx, const float* w, float* y, int64_t K, int64_t N,
            int64_t begin, int64_t end) {
@@ -110,10 +112,10 @@ constexpr int64_t L1_BYTES = 32 * 1024;
 // once: a batch of 8 verifying 5 tokens each (40 rows) reads them once, not 5 or 10 times. Where
 // a panel outgrows L1 (a down projection's K), the 1-3 rows left over would reread it from L2, so
 // up to 6 rows take one block instead: a batch-1 verify's 5 rows against the large trained
-// target's down projections cost 0.83-0.89 ms as 4 + 1, 0.70-0.72 ms as one 5-row block (interleaved in
-// one process, one thread; its K = 384 matrices were 3-5% faster as 4 + 1). Each y[m, n] is the
-// same operations in the same order as in block<1> (top of this file), so the result is still
-// batch invariant bit for bit.
+// target's 8 down projections cost 0.83-0.89 ms as 4 + 1, 0.70-0.72 ms as one 5-row block
+// (interleaved in one process, one thread; its K = 384 matrices were 3-5% faster as 4 + 1).
+// Each y[m, n] is the same operations in the same order as in block<1> (top of this file), so
+// the result is still batch invariant bit for bit.
 inline void many(const float* x, int64_t M, int64_t ldx, const float* w, float* y, int64_t K,
                  int64_t N, int64_t begin, int64_t end) {
     if (M <= 3 || (M <= 6 && PANEL * K * 4 > L1_BYTES))
