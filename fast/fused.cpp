@@ -168,19 +168,6 @@ inline void swiglu(const T* gate_up, T* a, int64_t I) {
     for (int64_t i = 0; i < I; ++i) a[i] = gate_up[i] / (T(1) + a[i]) * gate_up[I + i];
 }
 
-// float32: the same operations lane by lane (so the same bits), 8 entries at a time in one pass
-inline void swiglu(const float* gate_up, float* a, int64_t I) {
-    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-    int64_t i = 0;
-    for (; i + 8 <= I; i += 8) {
-        const __m256 gate = _mm256_loadu_ps(gate_up + i);
-        const __m256 e = exponential8(_mm256_xor_ps(gate, sign));
-        _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_div_ps(gate, _mm256_add_ps(one, e)),
-                                              _mm256_loadu_ps(gate_up + I + i)));
-    }
-    for (; i < I; ++i) a[i] = gate_up[i] / (1.0f + exponential(-gate_up[i])) * gate_up[I + i];
-}
-
 // q . k over D entries: 8 partial sums over d (ascending), added in one fixed order, then the
 // tail; independent lanes, so the compiler vectorizes the loop without reassociating anything.
 template <typename T>
@@ -221,21 +208,17 @@ inline void weighted_sum8(float* o, const float* p, const bool* seen, const floa
                           int64_t span, int64_t D) {
     __m256 even[V], odd[V];
     for (int i = 0; i < V; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+    auto add = [&](__m256* acc, int64_t j) {       // acc += p[j] * v[j] where slot j is visible
+        if (!seen[j]) return;
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        for (int i = 0; i < V; ++i) acc[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * D + 8 * i), acc[i]);
+    };
     int64_t j = 0;
     for (; j + 2 <= span; j += 2) {
-        if (seen[j]) {
-            const __m256 pj = _mm256_set1_ps(p[j]);
-            for (int i = 0; i < V; ++i) even[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * D + 8 * i), even[i]);
-        }
-        if (seen[j + 1]) {
-            const __m256 pj = _mm256_set1_ps(p[j + 1]);
-            for (int i = 0; i < V; ++i) odd[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + (j + 1) * D + 8 * i), odd[i]);
-        }
+        add(even, j);
+        add(odd, j + 1);
     }
-    if (j < span && seen[j]) {
-        const __m256 pj = _mm256_set1_ps(p[j]);
-        for (int i = 0; i < V; ++i) even[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * D + 8 * i), even[i]);
-    }
+    if (j < span) add(even, j);
     for (int i = 0; i < V; ++i) _mm256_storeu_ps(o + 8 * i, _mm256_add_ps(even[i], odd[i]));
 }
 
@@ -263,31 +246,27 @@ inline void attend8(const float* q, const bool* seen, const float* k0, const flo
     const int64_t padded = (span + 7) / 8 * 8;
     __m256 top = hidden_slot;
     for (int64_t j0 = 0; j0 < padded; j0 += 8) {
+        // a[s] = 8 lanes of q . k for slot j0 + s, whose key key(s) gives
         __m256 a[8];
-        for (int s = 0; s < 8; ++s) a[s] = _mm256_setzero_ps();
-        __m256 shown;
-        if (j0 + 8 <= span) {
-            const float* k = k0 + j0 * D;
+        auto dots = [&](auto key) {
+            for (int s = 0; s < 8; ++s) a[s] = _mm256_setzero_ps();
             for (int64_t d = 0; d < D; d += 8) {
                 const __m256 qv = _mm256_loadu_ps(q + d);
-                for (int s = 0; s < 8; ++s) a[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + s * D + d), a[s]);
+                for (int s = 0; s < 8; ++s) a[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(key(s) + d), a[s]);
             }
+        };
+        __m256 shown;
+        if (j0 + 8 <= span) {
+            dots([&](int s) { return k0 + (j0 + s) * D; });
             int64_t bytes;               // the 8 slots' visibility, one byte each
             std::memcpy(&bytes, seen + j0, 8);
             const __m256i flags = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
             shown = _mm256_castsi256_ps(_mm256_cmpgt_epi32(flags, _mm256_setzero_si256()));
         } else {
             // the last, partial block: slots past the span read the last slot, then are hidden
-            const float* k[8];
+            dots([&](int s) { return k0 + std::min(j0 + s, span - 1) * D; });
             alignas(32) float visible[8];
-            for (int s = 0; s < 8; ++s) {
-                k[s] = k0 + std::min(j0 + s, span - 1) * D;
-                visible[s] = j0 + s < span && seen[j0 + s] ? 1.0f : 0.0f;
-            }
-            for (int64_t d = 0; d < D; d += 8) {
-                const __m256 qv = _mm256_loadu_ps(q + d);
-                for (int s = 0; s < 8; ++s) a[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[s] + d), a[s]);
-            }
+            for (int s = 0; s < 8; ++s) visible[s] = j0 + s < span && seen[j0 + s] ? 1.0f : 0.0f;
             shown = _mm256_cmp_ps(_mm256_load_ps(visible), _mm256_setzero_ps(), _CMP_NEQ_OQ);
         }
         const __m256 block = _mm256_blendv_ps(hidden_slot, _mm256_mul_ps(lane_sums8(a), _mm256_set1_ps(scale)), shown);
