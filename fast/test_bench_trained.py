@@ -238,6 +238,60 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
                       + of_minima((name, True), ("decode", True)))
 
 
+def test_t_huge_pages(benchmark, figures, pair):
+    """The weight-bound target's decode step and verify of k + 1 tokens with its matrices on
+    2 MB pages (the engine's default where Linux grants them, fast/weights.py) / on 4 KB pages,
+    batch 1: paired medians over 100 rounds as in test_t_fast_step_costs, the two builds and the
+    two steps swapping places every round. Printed beside: how much of the weights the kernel
+    put on huge pages (advice it may decline). The outputs are checked equal bit for bit."""
+    from fast.graphs import StepRunner
+    from fast.runner import ModelRunner
+    from fast import weights
+    benchmark.group = f"(t) {pair.name} pair, fast, huge pages"
+    mode = weights.huge_pages_mode()
+    if mode not in ("always", "madvise"):
+        pytest.skip(f"transparent huge pages are {mode!r} here: the engine uses 4 KB pages")
+    built = {}
+    for on in (True, False):
+        with weights.huge_pages.enabled(on):
+            built[on] = weights.model_weights(pair.target)
+    if weights.huge_page_bytes(built[True]) == 0:
+        pytest.skip(f"{pair.name} target: no layer fills a 2 MB page, so it stays on 4 KB pages")
+    prompts = torch.tensor([p[:48] for p in pair.prompts()[:1]])      # [1, 48]
+    lengths = torch.full((1,), 48)
+    runners = {}
+    for on, model in built.items():
+        runners[on] = ModelRunner(model, 1, 64, StepRunner(False, "cpu"))
+        runners[on].prefill(prompts, lengths)
+    seconds = {(on, T): [] for on in runners for T in (1, K + 1)}
+    logits = {}
+    orders = [[(True, 1), (False, 1), (True, K + 1), (False, K + 1)],
+              [(False, K + 1), (True, K + 1), (False, 1), (True, 1)]]
+
+    def one_each():
+        orders.reverse()
+        with torch.no_grad():
+            for on, T in orders[0]:
+                start = time.perf_counter()
+                logits[on, T] = runners[on].chain(prompts[:, :T], lengths, 48 + T,
+                                                  "last" if T == 1 else "all")
+                seconds[on, T].append(time.perf_counter() - start)
+
+    benchmark.pedantic(one_each, rounds=1 if benchmark.disabled else 100, warmup_rounds=0)
+    for T in (1, K + 1):
+        assert torch.equal(logits[True, T], logits[False, T]), "huge pages changed the logits"
+    if benchmark.disabled:
+        return
+    granted = weights.huge_page_bytes(built[True])
+    for T in (1, K + 1):
+        what = "decode step" if T == 1 else f"verify of {T} tokens"
+        cost = statistics.median(a / b for a, b in zip(seconds[True, T], seconds[False, T]))
+        figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} on 2 MB / 4 KB pages, B=1", cost,
+                      None, None, f"medians {statistics.median(seconds[True, T]) * 1e3:.2f} vs "
+                      f"{statistics.median(seconds[False, T]) * 1e3:.2f} ms; {granted / 2**20:.0f} MB "
+                      f"on huge pages ({mode})")
+
+
 def test_t_matmul_floor(benchmark, figures, pair):
     """What the arithmetic of this machine allows: the target's matrices (every layer's q/k/v,
     o, gate/up and down, and the head) multiplied by 1, 5, 8 and 40 rows through the engine's
