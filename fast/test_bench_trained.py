@@ -32,7 +32,9 @@ Each row prints that bound beside its measured ratio and writes it into the JSON
 times every step both ways, fused into one native call (fast/fused.py, the engine's default on a
 CPU) and as the eager loop of torch operations, and test_t_fast_fused_vs_eager compares the two
 paths end to end (plain and small-draft decoding, greedy, batch 1): issue 24's per-step
-overhead cut, measured. test_t_matmul_floor times the target's matrices at 1, 5, 8 and 40 rows:
+overhead cut, measured. test_t_huge_pages times the weight-bound target's decode step and verify
+with its weights on 2 MB pages (the engine's default where Linux grants them, fast/weights.py)
+against 4 KB pages. test_t_matmul_floor times the target's matrices at 1, 5, 8 and 40 rows:
 what the machine's arithmetic leaves for a batch-8 verify (BENCHMARKS.md, issue 24).
 """
 
