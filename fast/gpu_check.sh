@@ -33,7 +33,7 @@ step graph-tests "$py" -m pytest -q -p no:cacheprovider -m gpu tests/test_fast_g
 step kit-graph-replay "$py" -m pytest -q -p no:cacheprovider properties/test_batched.py --impl=fast \
     -k graph_replay
 step cpu-kernels "$py" -m pytest -q -p no:cacheprovider tests/test_fast_native.py tests/test_fast_small_m.py \
-    tests/test_fast_fused.py
+    tests/test_fast_fused.py tests/test_fast_weights.py
 step kit-large "$py" -m pytest -q -p no:cacheprovider properties/ --impl=fast \
     --kit-trained=reference/trained-large -k trained
 step gpu-bench "$py" -m pytest -p no:cacheprovider --benchmark-only -m gpu fast/test_bench_step.py \
