@@ -257,7 +257,8 @@ def test_t_huge_pages(benchmark, figures, pair):
     for on in (True, False):
         with weights.huge_pages.enabled(on):
             built[on] = weights.model_weights(pair.target)
-    if weights.huge_page_bytes(built[True]) == 0:
+    first = pair.target.model.layers[0].self_attn.o_proj.weight
+    if built[True].layers[0].o.data_ptr() == first.data_ptr():      # not copied: see fast/weights.py
         pytest.skip(f"{pair.name} target: no layer fills a 2 MB page, so it stays on 4 KB pages")
     prompts = torch.tensor([p[:48] for p in pair.prompts()[:1]])      # [1, 48]
     lengths = torch.full((1,), 48)

@@ -96,8 +96,9 @@ def test_the_kernel_grants_huge_pages_where_its_mode_allows():
         pytest.skip(f"transparent huge pages are {mode!r} on this machine")
     model = random_model(WIDE, seed=6)
     built = weights.model_weights(model)
-    # each layer's 7 MB block holds three whole 2 MB pages
-    assert weights.huge_page_bytes(built) >= 3 * weights.HUGE_PAGE * WIDE.num_hidden_layers
+    # each layer's 7 MB block holds three whole 2 MB pages; the kernel may decline some (when it
+    # finds no free 2 MB of memory), none only when it was not asked (a shared mapping, no advice)
+    assert weights.huge_page_bytes(built) > 0
     if mode == "madvise":   # unadvised memory gets none
         with weights.huge_pages.enabled(False):
             assert weights.huge_page_bytes(weights.model_weights(model)) == 0
