@@ -16,11 +16,12 @@ Huge pages. A decode step streams every matrix once; on 4 KB pages that is a TLB
 the CPU's prefetchers stop at each page's end. Where Linux grants 2 MB pages on request
 (transparent huge pages in "madvise" or "always" mode) and a layer's matrices fill at least one,
 the engine copies all of them, and the output head, into one 2 MB-aligned block advised for huge
-pages: on the large target a decode step 6% and a verify of 5 tokens 12-14% faster (paired
+pages: on the large target a decode step 6-10% and a verify of 5 tokens 12-14% faster (paired
 medians, one thread; BENCHMARKS.md, issue 24). The price is memory: the attention output and
 down projections and the output head become copies too (the fused q/k/v and gate/up always
-were), 37% of the large target's weights again. FAST_HUGE_PAGES=0 in the environment turns it off; the
-arithmetic is the same either way, so the outputs are too, bit for bit (tests/test_fast_weights.py).
+were), 37% of the large target's weights again. FAST_HUGE_PAGES=0 in the environment turns it
+off. The arithmetic is the same either way, so the outputs are too, bit for bit
+(tests/test_fast_weights.py).
 """
 
 import mmap
@@ -125,7 +126,7 @@ def check_model(model, argument: str):
 # benchmarks time both). Weights already built keep the memory they were built in.
 huge_pages = native.Switch("FAST_HUGE_PAGES")
 
-HUGE_PAGE = 2 << 20     # bytes: the x86-64 huge page Linux's transparent huge pages use
+HUGE_PAGE = 2 << 20     # bytes: the page transparent huge pages give on x86-64 (and 4 KB-page arm64)
 
 
 def huge_pages_mode() -> str:
@@ -190,8 +191,9 @@ def _matrices(groups: list) -> list:
     dtype, itemsize = parts[0].dtype, parts[0].element_size()
     line = 64 // itemsize
     sizes = [-(-sum(p.numel() for p in group) // line) * line for group in groups]
-    if (not huge_pages.on or sum(sizes) * itemsize < HUGE_PAGE or huge_pages_mode() not in ("always", "madvise")
-            or any(p.device.type != "cpu" or p.dtype != dtype or p.dim() != 2 for p in parts)):
+    if (not huge_pages.on or sum(sizes) * itemsize < HUGE_PAGE
+            or any(p.device.type != "cpu" or p.dtype != dtype or p.dim() != 2 for p in parts)
+            or huge_pages_mode() not in ("always", "madvise")):
         return [torch.cat(group).detach() if len(group) > 1 else group[0].detach() for group in groups]
     flat = _huge_block(sum(sizes) * itemsize).view(dtype)     # [sum(sizes)]
     stacked, start = [], 0

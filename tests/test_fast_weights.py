@@ -58,7 +58,8 @@ def test_huge_page_copies_hold_the_parameters_and_change_no_output(advised, dtyp
             assert matrix.data_ptr() != value.data_ptr(), f"{name} is not a copy"
         assert layer.qkv.data_ptr() % weights.HUGE_PAGE == 0, "the block does not start on a 2 MB boundary"
         assert off.layers[i].o.data_ptr() == model.model.layers[i].self_attn.o_proj.weight.data_ptr()
-    assert torch.equal(on.lm_head, model.lm_head.weight) and on.lm_head.data_ptr() != model.lm_head.weight.data_ptr()
+    assert torch.equal(on.lm_head, model.lm_head.weight)
+    assert on.lm_head.data_ptr() != model.lm_head.weight.data_ptr(), "the head is not a copy"
     ids = torch.randint(0, WIDE.vocab_size, (1, 21), generator=torch.Generator().manual_seed(0))
     for path in (True, False):
         with fused.enabled(path):
