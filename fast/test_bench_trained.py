@@ -162,6 +162,21 @@ def step_goal(pair, name, batch):
     return STEP_GOALS[name] if pair.name == "large" and batch == 1 else NO_GOAL
 
 
+def prefilled(weights, prompts, lengths):
+    """A fast-engine runner over `weights` (the kernels and cache fast.batched_generate runs),
+    its cache holding the prompts [B, 48]: the state a step is timed from."""
+    from fast.graphs import StepRunner
+    from fast.runner import ModelRunner
+    runner = ModelRunner(weights, prompts.shape[0], 64, StepRunner(False, "cpu"))
+    runner.prefill(prompts, lengths)
+    return runner
+
+
+def paired(a, b):
+    """The median over rounds of a's time / b's time in the same round (lists of seconds)."""
+    return statistics.median(x / y for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("batch", (1, 8))
 def test_t_fast_step_costs(benchmark, figures, pair, batch):
     """The fast engine's steps in target-decode-step units, at batch 1 and 8, after 48-token
@@ -177,17 +192,12 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
     decode and verify swap places every round, so neither always runs right after the other or
     after a draft. The ratio of the minima is printed beside each figure; repeated runs of the
     same code still spread (BENCHMARKS.md, issue 24)."""
-    from fast.graphs import StepRunner
-    from fast.runner import ModelRunner
     from fast.weights import model_weights
     benchmark.group = f"(t) {pair.name} pair, fast, step costs, B={batch}"
     prompts = torch.tensor([p[:48] for p in pair.prompts()[:batch]])      # [B, 48]
     lengths = torch.full((batch,), 48)
-    runners = {}
-    for name, model in {"target": pair.target, **pair.drafts()}.items():
-        runner = ModelRunner(model_weights(model), batch, 64, StepRunner(False, "cpu"))
-        runner.prefill(prompts, lengths)
-        runners[name] = runner
+    runners = {name: prefilled(model_weights(model), prompts, lengths)
+               for name, model in {"target": pair.target, **pair.drafts()}.items()}
     steps = {"decode": ("target", 1), "verify": ("target", K + 1), "small": ("small", 1),
              "early-exit": ("early-exit", 1)}
     # each step both ways: one fused native call (the engine's default on a CPU) and the eager
@@ -211,10 +221,6 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
     if benchmark.disabled:
         return
 
-    def paired(a, b):
-        """the median over the rounds of a's time / b's time in the same round"""
-        return statistics.median(x / y for x, y in zip(seconds[a], seconds[b]))
-
     def ms(key):
         return statistics.median(seconds[key]) * 1e3
 
@@ -223,13 +229,13 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
 
     for name in steps:
         what = f"verify of {K + 1} tokens" if name == "verify" else f"{name} step"
-        cut = paired((name, True), (name, False))
+        cut = paired(seconds[name, True], seconds[name, False])
         figures.put(f"t/{pair.name}/fast/{batch}/{name}/fused-over-eager", cut)
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} fused / eager, B={batch}", cut,
                       None, None, f"medians {ms((name, True)):.2f} vs {ms((name, False)):.2f} ms"
                       + of_minima((name, True), (name, False)))
     for name in ("verify", "small", "early-exit"):
-        cost = paired((name, True), ("decode", True))
+        cost = paired(seconds[name, True], seconds["decode", True])
         figures.put(f"t/{pair.name}/fast/{batch}/{name}", cost)
         threshold, goal = step_goal(pair, name, batch)
         what = f"verify of {K + 1} tokens" if name == "verify" else f"{name} draft step"
@@ -246,8 +252,6 @@ def test_t_huge_pages(benchmark, figures, pair):
     batch 1: paired medians over 100 rounds as in test_t_fast_step_costs, the two builds and the
     two steps swapping places every round. Printed beside: how much of the weights the kernel
     put on huge pages (advice it may decline). The outputs are checked equal bit for bit."""
-    from fast.graphs import StepRunner
-    from fast.runner import ModelRunner
     from fast import weights
     benchmark.group = f"(t) {pair.name} pair, fast, huge pages"
     mode = weights.huge_pages_mode()
@@ -262,10 +266,7 @@ def test_t_huge_pages(benchmark, figures, pair):
         pytest.skip(f"{pair.name} target: no layer fills a 2 MB page, so it stays on 4 KB pages")
     prompts = torch.tensor([p[:48] for p in pair.prompts()[:1]])      # [1, 48]
     lengths = torch.full((1,), 48)
-    runners = {}
-    for on, model in built.items():
-        runners[on] = ModelRunner(model, 1, 64, StepRunner(False, "cpu"))
-        runners[on].prefill(prompts, lengths)
+    runners = {on: prefilled(model, prompts, lengths) for on, model in built.items()}
     seconds = {(on, T): [] for on in runners for T in (1, K + 1)}
     logits = {}
     orders = [[(True, 1), (False, 1), (True, K + 1), (False, K + 1)],
@@ -288,7 +289,7 @@ def test_t_huge_pages(benchmark, figures, pair):
     granted = weights.huge_page_bytes(built[True])
     for T in (1, K + 1):
         what = "decode step" if T == 1 else f"verify of {T} tokens"
-        cost = statistics.median(a / b for a, b in zip(seconds[True, T], seconds[False, T]))
+        cost = paired(seconds[True, T], seconds[False, T])
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} on 2 MB / 4 KB pages, B=1", cost,
                       None, None, f"medians {statistics.median(seconds[True, T]) * 1e3:.2f} vs "
                       f"{statistics.median(seconds[False, T]) * 1e3:.2f} ms; {granted / 2**20:.0f} MB "
