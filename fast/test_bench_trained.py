@@ -177,6 +177,11 @@ def paired(a, b):
     return statistics.median(x / y for x, y in zip(a, b))
 
 
+def ms(times):
+    """The median of a list of seconds, in milliseconds."""
+    return statistics.median(times) * 1e3
+
+
 @pytest.mark.parametrize("batch", (1, 8))
 def test_t_fast_step_costs(benchmark, figures, pair, batch):
     """The fast engine's steps in target-decode-step units, at batch 1 and 8, after 48-token
@@ -221,9 +226,6 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
     if benchmark.disabled:
         return
 
-    def ms(key):
-        return statistics.median(seconds[key]) * 1e3
-
     def of_minima(a, b):
         return f"; ratio of minima {min(seconds[a]) / min(seconds[b]):.3f}"
 
@@ -232,7 +234,7 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
         cut = paired(seconds[name, True], seconds[name, False])
         figures.put(f"t/{pair.name}/fast/{batch}/{name}/fused-over-eager", cut)
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} fused / eager, B={batch}", cut,
-                      None, None, f"medians {ms((name, True)):.2f} vs {ms((name, False)):.2f} ms"
+                      None, None, f"medians {ms(seconds[name, True]):.2f} vs {ms(seconds[name, False]):.2f} ms"
                       + of_minima((name, True), (name, False)))
     for name in ("verify", "small", "early-exit"):
         cost = paired(seconds[name, True], seconds["decode", True])
@@ -242,7 +244,7 @@ def test_t_fast_step_costs(benchmark, figures, pair, batch):
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} / target decode step, B={batch}",
                       cost, goal,
                       None if goal is None else cost <= threshold,
-                      f"medians {ms((name, True)):.2f} vs {ms(('decode', True)):.2f} ms"
+                      f"medians {ms(seconds[name, True]):.2f} vs {ms(seconds['decode', True]):.2f} ms"
                       + of_minima((name, True), ("decode", True)))
 
 
@@ -291,9 +293,8 @@ def test_t_huge_pages(benchmark, figures, pair):
         what = "decode step" if T == 1 else f"verify of {T} tokens"
         cost = paired(seconds[True, T], seconds[False, T])
         figures.ratio(benchmark, f"(t) {pair.name}, fast, {what} on 2 MB / 4 KB pages, B=1", cost,
-                      None, None, f"medians {statistics.median(seconds[True, T]) * 1e3:.2f} vs "
-                      f"{statistics.median(seconds[False, T]) * 1e3:.2f} ms; {granted / 2**20:.0f} MB "
-                      f"on huge pages ({mode})")
+                      None, None, f"medians {ms(seconds[True, T]):.2f} vs {ms(seconds[False, T]):.2f} "
+                      f"ms; {granted / 2**20:.0f} MB on huge pages ({mode})")
 
 
 def test_t_matmul_floor(benchmark, figures, pair):
@@ -392,7 +393,8 @@ def test_t_step_costs(benchmark, figures, pair):
     prompt = torch.tensor([pair.prompts()[0]])
     models = {"target": pair.target, **pair.drafts()}
 
-    def prefilled(model):
+    def prefilled_cache(model):
+        """the reference cache of `model` after the prompt"""
         c = model.config
         layers = len(model.layers)
         cache = KVCache(layers, 1, c.num_key_value_heads, c.head_dim, 64)
@@ -400,7 +402,7 @@ def test_t_step_costs(benchmark, figures, pair):
             model(prompt, cache)
         return cache
 
-    caches = {name: prefilled(m) for name, m in models.items()}
+    caches = {name: prefilled_cache(m) for name, m in models.items()}
     steps = {"decode": ("target", 1), "verify": ("target", K + 1),
              "small": ("small", 1), "early-exit": ("early-exit", 1)}
     best = {name: float("inf") for name in steps}
