@@ -16,7 +16,7 @@ Huge pages. A decode step streams every matrix once; on 4 KB pages that is a TLB
 the CPU's prefetchers stop at each page's end. Where Linux grants 2 MB pages on request
 (transparent huge pages in "madvise" or "always" mode) and a layer's matrices fill at least one,
 the engine copies all of them, and the output head, into one 2 MB-aligned block advised for huge
-pages: on the large target a decode step 6-10% and a verify of 5 tokens 12-14% faster (paired
+pages: on the large target a decode step 6-10% and a verify of 5 tokens 8-14% faster (paired
 medians, one thread; BENCHMARKS.md, issue 24). The price is memory: the attention output and
 down projections and the output head become copies too (the fused q/k/v and gate/up always
 were), 37% of the large target's weights again. FAST_HUGE_PAGES=0 in the environment turns it
