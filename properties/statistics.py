@@ -58,7 +58,7 @@ DELTA_TREE_THOROUGH = 0.02  # the same in the thorough profile (6.25x the sample
 # Checks performed in this process (the conformance summary adds them up across workers).
 checks_run = 0
 
-# The calibration run's recorder (properties/calibration): None in a kit run, so each check pays
+# The calibration run's recorder (tests/calibration): None in a kit run, so each check pays
 # one test of it; a list there, and every check appends (kind, p-value, passed, df, n) to it.
 recorder: list | None = None
 

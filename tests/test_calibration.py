@@ -1,4 +1,4 @@
-"""The calibration run's own parts (properties/calibration): the summary's mathematics against
+"""The calibration run's own parts (tests/calibration): the summary's mathematics against
 scipy and hand counts, the deviating implementations' total variation computed exactly, and
 the collector on a small statistical test of its own (seconds in all)."""
 
@@ -14,12 +14,12 @@ from hypothesis import example, given, strategies as st
 from scipy import stats
 
 from properties import oracle, profiles, statistics
-from properties.calibration import collect, deviate, summary
-from properties.calibration import stats as cs
 from properties.cases import PairSpec, RuleCase
 from properties.checks.rule import rule_law
 from properties.impl import load
 from properties.models import TableSpec, build_pair
+from tests.calibration import collect, deviate, summary
+from tests.calibration import stats as cs
 
 # --------------------------------------------------------------------------- the mathematics
 

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from properties.calibration import summary
+from tests.calibration import summary
 
 
 def test_support_and_powerless_checks_are_counted_apart(tmp_path):

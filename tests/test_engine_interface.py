@@ -33,13 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def serve(port: int) -> None:
     """The server: the fake server, each choice with the draft statistics of a perfect draft
     (k per round, the "full" schedule), completions at /v1/completions as ever."""
-    from properties.engines import fake_server
+    from tests.fakes.server import K, FakeServer, _rounds
 
-    class PerResponse(fake_server.FakeServer):
+    class PerResponse(FakeServer):
         def complete(self, body):
             status, payload = super().complete(body)
             for choice in payload.get("choices", []) if status == 200 else []:
-                drafted = fake_server.K * fake_server._rounds(len(choice["token_ids"]))
+                drafted = K * _rounds(len(choice["token_ids"]))
                 choice["draft"] = {"proposed": drafted, "accepted": drafted}
             return status, payload
 

@@ -6,8 +6,8 @@ client and compared with the kit's float64 models and its exact replay of the dr
 The readings the engine file declares: token ids in and out, a matched stop id kept at the end,
 a matched stop string cut (stop_string_in_ids False), a seed replayed, draft counts per answer
 (none for prompt lookup). The recorded defects are kept as they were seen: the counts leave out
-the last round of a request (properties/findings/openvino_draft_counts), and prompt lookup fails
-a stop string that begins at the first token (properties/findings/openvino_lookup_stop_string).
+the last round of a request (tests/findings/openvino_draft_counts), and prompt lookup fails
+a stop string that begins at the first token (tests/findings/openvino_lookup_stop_string).
 Batches (`capture.py --batches`): requests sent at once, answered by one
 ContinuousBatchingPipeline call, each greedy row the target's, no row with counts of its own,
 the worker's engine-wide totals moved by the call's. Also the staging step: the tokenizer
@@ -132,7 +132,7 @@ def test_counts_equal_the_replay_except_a_request_whose_last_round_ends_it(metho
     """The capped schedule (a round drafts at most the tokens still wanted after its bonus
     token): a request whose last step is the target's alone (greedy 12 with the perfect draft:
     steps 1, 5, 5, 1) is counted exactly; one whose last step verifies a draft is not (the
-    defect of properties/findings/openvino_draft_counts: greedy 6 and 11 with the perfect
+    defect of tests/findings/openvino_draft_counts: greedy 6 and 11 with the perfect
     draft, steps 1, 5 and 1, 5, 5)."""
     exact, short = [], []
     for key in ("greedy", "greedy_random_prompt", "greedy_7", "greedy_6", "greedy_11"):

@@ -61,9 +61,9 @@ def test_the_rule_adapter_replays_and_accepts_with_probability_p_over_q():
 # --- Findings: what the kit found in transformers, pinned so that a fix upstream is noticed -----
 # Each test reproduces a defect of the installed transformers through its public generate();
 # if one starts failing, transformers changed: update CONFORMANCE.md ("Results for
-# transformers") and properties/known/transformers.txt.
+# transformers") and tests/known/transformers.txt.
 
-FIXED_UPSTREAM = "transformers no longer shows this: update CONFORMANCE.md and properties/known/transformers.txt"
+FIXED_UPSTREAM = "transformers no longer shows this: update CONFORMANCE.md and tests/known/transformers.txt"
 
 
 def _perfect_pair(target):

@@ -1,4 +1,4 @@
-"""The served-engine kit against small in-process fake servers (properties/engines/fake_server.py):
+"""The served-engine kit against small in-process fake servers (tests/fakes/server.py):
 each fault is reported as what it is, with a clear message, and a correct server passes."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from properties.harness import PropertyFailure
 from properties.checks import served as checks
 from properties.cases import ServedCase
 from properties.adapters.client import Client, HttpError, Request, ServedTimeout, Unreachable
-from properties.engines.fake_server import FakeServer
 from properties.adapters.served import make_impl
 from properties.impl import ImplError, load
 from reference.sampling import SamplingParams
+from tests.fakes.server import FakeServer
 
 GREEDY = ServedCase((3, 9, 27, 3, 9, 27), 8)
 SAMPLED = ServedCase((1, 2), 2, sampling=SamplingParams(temperature=0.8, seed=1))

@@ -14,7 +14,7 @@ import pytest
 from properties.serve import deaths, run
 from properties.adapters.client import Client, Request
 from properties.serve.deaths import ServerDied, Watchdog, signature
-from properties.engines import fake
+from tests.fakes import engine as fake
 from properties.serve.server import LaunchError, Server
 from reference.sampling import SamplingParams
 

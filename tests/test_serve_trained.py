@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from properties import acceptance, engines
-from properties.engines.fake_server import FakeServer
 from properties.export import trained as trained_export
 from properties.serve import run as launcher
 from properties.serve import speed, trained
+from tests.fakes.server import FakeServer
 
 FAKE = engines.get("fake")
 LARGE = trained_export.PAIRS["trained-large"]
@@ -55,7 +55,7 @@ def test_trained_run_on_the_fake_engine_is_conformant_with_exact_acceptance(mode
     t = record["trained"]
     assert record["models"] == models and record["families"] == [] and not t["failures"]
     assert len(t["requests"]) == trained.PROMPTS
-    # the fake's own speculation loop (fake_server.TrainedSpeculator) and the replay agree
+    # the fake's own speculation loop (tests/fakes/server.py, TrainedSpeculator) and the replay agree
     assert (t["engine_drafted"], t["engine_accepted"]) == (t["exact_drafted"], t["exact_accepted"])
     assert 0 < t["exact_accepted"] < t["exact_drafted"]
     if models == "trained":

@@ -19,10 +19,10 @@ from properties.adapters.served import make_impl
 from properties.cases import ServedCase
 from properties.checks import served_acceptance as checks
 from properties.engines import vllm
-from properties.engines.fake import FAKE
-from properties.engines.fake_server import FakeServer
 from properties.harness import PropertyFailure
 from reference.sampling import SamplingParams, probs_from_logits
+from tests.fakes.engine import FAKE
+from tests.fakes.server import FakeServer
 from tests.mutants import served_acceptance as mutants
 
 PROMPT = (3, 9, 27, 3, 9, 27)

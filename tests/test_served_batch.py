@@ -18,10 +18,10 @@ from properties.adapters.served import make_impl
 from properties.cases import ServedCase
 from properties.checks import served as served_checks
 from properties.checks import served_batch as checks
-from properties.engines.fake_server import FakeServer
 from properties.harness import PropertyFailure
 from properties.test_served_batch import MIXED, SEEDED, batches, pairs
 from reference.sampling import SamplingParams
+from tests.fakes.server import FakeServer
 from tests.mutants.served_batch import (
     Batching,
     FlipsClosestCall,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from properties.engines.fake_server import FakeServer
+from tests.fakes.server import FakeServer
 from tests.mutants import served_batch, served_params
 
 pytestmark = pytest.mark.extra

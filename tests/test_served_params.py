@@ -19,11 +19,11 @@ from properties.adapters.dialects import OPENAI as OPENAI_DIALECT, openai_logpro
 from properties.cases import ServedCase
 from properties.checks import served_params as checks
 from properties.engines import llamacpp, transformers, vllm
-from properties.engines.fake import FAKE
-from properties.engines.fake_server import FakeServer
 from properties.harness import PropertyFailure
 from reference.penalties import OPENAI
 from reference.sampling import SamplingParams
+from tests.fakes.engine import FAKE
+from tests.fakes.server import FakeServer
 from tests.mutants import served_params as mutants
 from tests.test_serve_faults import served
 

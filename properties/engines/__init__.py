@@ -30,6 +30,10 @@ to the kit it is a server like any other.
 The client, the checks, the launcher and the speed measurement only call these; none of them
 names an engine. Adding an engine is its file plus one line here (and a make target for its
 environment if it has one); tests/test_engine_interface.py adds one from a test module.
+An engine's file may live outside this package: its line then names the module in full. The
+`fake` engine (the launcher's self-test) is test infrastructure, in a checkout of the project
+only (tests/fakes/engine.py): where it is not there, `get("fake")` is a KeyError saying so, and
+`available()` leaves it out.
 """
 
 from __future__ import annotations
@@ -58,13 +62,14 @@ class Command:
         return f"{env} {line}" if env else line
 
 
-# engine name -> module (under properties.engines) or an Engine (register)
+# engine name -> module (a name under properties.engines, or a full module path where it holds
+# a dot) or an Engine (register)
 ENGINES = {
     "vllm": "vllm",
     "llamacpp": "llamacpp",
     "transformers": "transformers",
     "sglang": "sglang",
-    "fake": "fake",
+    "fake": "tests.fakes.engine",       # a checkout of the project only
     "openvino": "openvino",
     "onnxruntime-genai": "onnxruntime_genai",
 }
@@ -72,6 +77,14 @@ ENGINES = {
 
 class EngineMissing(RuntimeError):
     """The engine's environment is not there; the message names the make target to run."""
+
+
+class EngineNotHere(KeyError):
+    """The engine's own module is not in this installation (the fake engine outside a checkout
+    of the project)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -124,18 +137,49 @@ class Engine:
 
 
 def register(name: str, engine: "Engine | str") -> None:
-    """Add an engine to the table: its Engine, or its module's name under properties.engines
-    (a file there declaring ENGINE). The same as one more line in ENGINES."""
+    """Add an engine to the table: its Engine, or its module (a file declaring ENGINE): a name
+    under properties.engines, or a full module path (one with a dot). The same as one more line
+    in ENGINES."""
     ENGINES[name] = engine
 
 
+def module_of(entry: str) -> str:
+    """The module an ENGINES entry names: a full module path where it holds a dot, else a name
+    under properties.engines."""
+    return entry if "." in entry else f"properties.engines.{entry}"
+
+
 def get(name: str) -> Engine:
+    """The engine of the table's `name`; a KeyError for a name not in the table, and
+    EngineNotHere (a KeyError) where the engine's module is not in this installation."""
     if name not in ENGINES:
         raise KeyError(f"no engine {name!r}; the engines: {', '.join(ENGINES)}")
     entry = ENGINES[name]
     if isinstance(entry, Engine):
         return entry
-    return importlib.import_module(f"properties.engines.{entry}").ENGINE
+    module = module_of(entry)
+    try:
+        return importlib.import_module(module).ENGINE
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise       # the engine's file is there; something it imports is not
+        where = (" (it is test infrastructure, in a checkout of the project only: run from the "
+                 "checkout's root)" if module.startswith("tests.") else "")
+        raise EngineNotHere(f"engine {name!r} is not in this installation: its module {module} "
+                            f"cannot be imported ({exc}){where}") from None
+
+
+def available() -> list[str]:
+    """The table's engines whose module is in this installation (all but the fake engine's
+    outside a checkout of the project)."""
+    names = []
+    for name in ENGINES:
+        try:
+            get(name)
+        except EngineNotHere:
+            continue
+        names.append(name)
+    return names
 
 
 # ----------------------------------------------------------------------- an engine not named
@@ -185,7 +229,7 @@ class Unknown(Dialect):
         return self.shapes[0].read(answer, req, where)
 
     def counters(self, client):
-        for name in ENGINES:
+        for name in available():
             try:
                 found = get(name).dialect.counters(client)
             except (ServedError, EngineMissing):

@@ -270,7 +270,7 @@ def convert(source, out, engine_site) -> None:
     # the builder makes the padding id the end-of-sequence id when the checkpoint names none,
     # and after a prompt ending with the padding id the runtime gives the logits of the prompt
     # without it: every continuation past an end of sequence would be wrong
-    # (properties/findings/onnxruntime_genai_pad_mask/). An id outside the vocabulary is no
+    # (tests/findings/onnxruntime_genai_pad_mask/). An id outside the vocabulary is no
     # token a prompt holds.
     genai["model"]["pad_token_id"] = int(config["vocab_size"])
     (out / "genai_config.json").write_text(json.dumps(genai, indent=2))

@@ -191,7 +191,7 @@ class Session:
             result = self.pipe.generate(ov.Tensor(np.array([prompt], dtype=np.int64)), c)
         except RuntimeError:
             # after a failed request a speculative pipeline drafts nothing more, silently
-            # (properties/findings/openvino_draft_prefix_cache): the failure is answered, and
+            # (tests/findings/openvino_draft_prefix_cache): the failure is answered, and
             # a new pipeline serves the next request, as a server that died is restarted
             self.pipe = self.build()
             raise

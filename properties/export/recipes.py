@@ -35,7 +35,7 @@ def kit_line(engine, method, port: int = PORT, baseline_port: int = BASELINE_POR
 def recipes(directory, names=None) -> dict[str, dict[str, str]]:
     """engine title -> {what: shell line}; `directory` is the export root."""
     out = {}
-    for name in names or engines.ENGINES:
+    for name in names or engines.available():
         engine = engines.get(name)
         if not engine.recipe:
             continue
@@ -82,7 +82,7 @@ def describe_trained(directory, models: str = "trained") -> str:
     pair = "the trained pair" if models == "trained" else f"the {models} pair"
     lines = [f"# {pair}: time speculation on models where it pays (served law checks "
              "use `export DIR` without --models)"]
-    for name in engines.ENGINES:
+    for name in engines.available():
         engine = engines.get(name)
         if not (engine.recipe and engine.runnable and DRAFT_METHOD in engine.methods):
             continue

@@ -90,7 +90,7 @@ def head_size_rules() -> dict:
     declares one (Engine.head_sizes, in its own file: only engine files name engines)."""
     from properties import engines
     rules = {}
-    for name in engines.ENGINES:
+    for name in engines.available():
         declared = getattr(engines.get(name), "head_sizes", None)
         if declared:
             rules[name] = declared

@@ -277,7 +277,7 @@ def _served(served: dict) -> str:
     return "".join(parts) + "</section>"
 
 
-# The stated alpha and power, measured over many runs (properties/calibration, issue 25).
+# The stated alpha and power, measured over many runs (tests/calibration, issue 25).
 CALIBRATION = Path(__file__).resolve().parents[2] / "CONFORMANCE.md"
 CALIBRATION_ANCHOR = "calibration-the-stated-error-rates-measured"
 

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     go.add_argument("engine", help=f"one of {', '.join(engines.ENGINES)} (properties/engines/)")
     go.add_argument("method", help="e.g. draft-early-exit, draft-random, perfect-draft, ngram")
     go.add_argument("--known-failures", metavar="FILE", default=None,
-                    help="known failures (properties/known/ENGINE.txt): a run whose only "
+                    help="known failures (tests/known/ENGINE.txt): a run whose only "
                          "failures are listed there exits 0 (still NOT CONFORMANT)")
     go.add_argument("--run-dir", default=None, help="where the logs, export and results go "
                                                    "(default runs/ENGINE-METHOD-TIME)")

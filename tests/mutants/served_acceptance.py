@@ -8,7 +8,7 @@ still wanted), sampled from the draft's processed law q (same
 temperature, top-k, top-p as the request), accepts x with probability min(1, p(x) / q(x)),
 draws a rejected position's token from the normalized residual max(0, p - q) and a bonus token
 from p after a fully accepted round. It counts honestly on /metrics: the `fake` engine's
-drafted/accepted counters (properties/engines/fake.py) plus accepted tokens by draft position
+drafted/accepted counters (tests/fakes/engine.py) plus accepted tokens by draft position
 (`PER_POSITION`), which `COUNTING` (the fake dialect with per-position counters) reads.
 
 The variants, each one mistake:
@@ -37,9 +37,9 @@ import torch
 from properties import oracle
 from properties.adapters.dialects import read_prometheus
 from properties.engines import vllm
-from properties.engines.fake import ACCEPTED, DRAFTED, Fake
-from properties.engines.fake_server import FakeServer
 from reference.sampling import probs_from_logits
+from tests.fakes.engine import ACCEPTED, DRAFTED, Fake
+from tests.fakes.server import FakeServer
 
 PER_POSITION = "kit_fake_accepted_tokens_per_pos_total"
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from properties import oracle
-from properties.engines.fake_server import FakeServer
+from tests.fakes.server import FakeServer
 
 
 class Batching(FakeServer):

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from properties import oracle
-from properties.engines.fake_server import FakeServer
 from properties.models import tokenizer
+from tests.fakes.server import FakeServer
 
 DRAFT = "draft-early-exit"
 

@@ -12,7 +12,7 @@ max_new_tokens - 1), the third the target's. The first two tokens are tested aga
 exact joint law (float64, transformers, from the checkpoint converted), cells with an expected
 count below 5 pooled. Pipelines: without a draft; with the target's early-exit draft; with an
 independent random draft (the early-exit draft of a second tiny target). All with prefix
-caching off, so that properties/findings/openvino_draft_prefix_cache cannot interfere.
+caching off, so that tests/findings/openvino_draft_prefix_cache cannot interfere.
 Exit status 0 when the finding reproduces: the pipeline without a draft passes (p > 1e-3) and
 the one with the independent draft fails (p < 1e-6).
 """

@@ -1,6 +1,7 @@
 """Shared by the standalone reproductions in this folder (none imports the conformance kit):
 tiny Qwen3 checkpoints built with transformers, their exact law in float64, and a vLLM
-server started and stopped from a script.
+server started and stopped from a script (every vLLM reproduction starts its servers here:
+`start_vllm`, with a draft model, a --speculative-config of its own such as n-gram, or none).
 
 The models: a 2-layer target with weights drawn at a large scale (standard deviation 0.6,
 so that next-token laws are peaked, as in trained models), and its early-exit draft (the
@@ -90,21 +91,27 @@ def healthy(url: str) -> bool:
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}    # GiB of KV cache; set on top of the caller's
 
 
-def server_argv(target: Path, draft: Path | None, port: int, python: str = sys.executable) -> list:
-    """The server's command line: without `draft`, the baseline; with it, k = 4 draft tokens."""
+def server_argv(target: Path, draft: Path | dict | None, port: int,
+                python: str = sys.executable, extra: tuple | list = ()) -> list:
+    """The server's command line: without `draft`, the baseline; with a draft model's path,
+    k = 4 draft tokens; with a dict, that --speculative-config (n-gram). `extra`: more of the
+    server's options, placed before the speculative config."""
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
             "--served-model-name", "tiny", "--dtype", "float32", "--max-model-len", "2048",
-            "--seed", "0", "--host", "127.0.0.1", "--port", str(port)]
-    if draft is not None:
+            "--seed", "0", "--host", "127.0.0.1", "--port", str(port), *extra]
+    if isinstance(draft, dict):
+        argv += ["--speculative-config", json.dumps(draft)]
+    elif draft is not None:
         argv += ["--speculative-config",
                  json.dumps({"model": str(draft), "num_speculative_tokens": 4})]
     return argv
 
 
-def shell_line(target: Path, draft: Path | None, port: int = 8000) -> str:
+def shell_line(target: Path, draft: Path | dict | None, port: int = 8000,
+               extra: tuple | list = ()) -> str:
     """The command line `start_vllm` runs, as typed in a shell (with `python` for its Python)."""
     env = " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
-    return env + " " + shlex.join(server_argv(target, draft, port, python="python"))
+    return env + " " + shlex.join(server_argv(target, draft, port, python="python", extra=extra))
 
 
 def write_models(directory: str) -> None:
@@ -114,10 +121,11 @@ def write_models(directory: str) -> None:
           f"with the draft model:\n  {shell_line(target, draft)}")
 
 
-def start_vllm(target: Path, draft: Path | None, log: Path):
-    """(process, base URL) of a vLLM server on a free port, speculating with `draft`."""
+def start_vllm(target: Path, draft: Path | dict | None, log: Path, extra: tuple | list = ()):
+    """(process, base URL) of a vLLM server on a free port, speculating with `draft` (as in
+    `server_argv`), its output in `log`."""
     port = free_port()
-    argv = server_argv(target, draft, port)
+    argv = server_argv(target, draft, port, extra=extra)
     env = dict(os.environ, **SERVER_ENV)
     with open(log, "wb") as out:     # the server keeps its own copy of the descriptor
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,

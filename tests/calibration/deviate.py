@@ -39,13 +39,11 @@ import numpy as np
 import torch
 
 from properties import oracle, statistics
-from properties.calibration import engines
 from properties.checks.served import DELTA_SERVED
-from properties.engines.fake_server import FakeServer
+from tests.fakes.server import FakeServer
 
-# family -> the correct implementation whose deviating copy is measured, and its design TV
-POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference",
-              "sampler": engines.OWN_SAMPLER, "batched": "fast", "served_sequence": "served"}
+# family -> its design TV (the correct implementation whose deviating copy is measured:
+# engines.POWER_IMPL)
 DESIGN = {"rule": statistics.DELTA_RULE, "sequence": statistics.DELTA_SEQUENCE,
           "tree": statistics.DELTA_TREE, "sampler": statistics.DELTA_SEQUENCE,
           "batched": statistics.DELTA_BATCHED, "served_sequence": DELTA_SERVED}

@@ -1,6 +1,6 @@
 """The correct implementations each family is calibrated on, and how a worker gets them.
 
-``served`` is the project's fake server (properties/engines/fake_server.py, exact sampling from
+``served`` is the project's fake server (tests/fakes/server.py, exact sampling from
 the float64 target) in the worker's own process, reached over HTTP as a kit run reaches it with
 ``python -m properties.serve run fake perfect-draft``. ``own-sampler`` is a correct engine that
 exposes its own sampler (target_generate): the only kind the sampler family applies to, and the
@@ -21,6 +21,9 @@ CORRECT = {
     "served_sequence": ("served",),
 }
 SHORT = {OWN_SAMPLER: "own-sampler"}
+# family -> the correct implementation whose deviating copy (deviate.py) its power is measured on
+POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference",
+              "sampler": OWN_SAMPLER, "batched": "fast", "served_sequence": "served"}
 
 _loaded: dict = {}
 _fakes: list = []
@@ -45,12 +48,12 @@ def get(spec: str, delta: float = 0.0):
 
 def _served(delta: float):
     from properties.adapters.served import make_impl
-    from properties.engines import fake
+    from tests.fakes import engine as fake
     if delta:
-        from properties.calibration.deviate import DeviatingServer
+        from tests.calibration.deviate import DeviatingServer
         server = DeviatingServer(delta)
     else:
-        from properties.engines.fake_server import FakeServer
+        from tests.fakes.server import FakeServer
         server = FakeServer()
     server.__enter__()
     _fakes.append(server)          # kept for the process's life; its threads are daemons

@@ -24,10 +24,6 @@ servers (1) is answered, and (2) answers 5xx and the server is no longer healthy
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,12 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny import (
-    SERVER_ENV,
     complete,
     curl_line,
-    free_port,
     healthy,
-    server_argv,
+    shell_line,
+    start_vllm,
     stop,
     tiny_models,
 )
@@ -57,35 +52,6 @@ SEEDED = {"prompt": PROMPT, "max_tokens": 2, "temperature": 0.8, "seed": 1100003
           "ignore_eos": True, "return_token_ids": True}
 UNSEEDED = {k: v for k, v in SEEDED.items() if k != "seed"}
 REQUESTS = (("(1) unseeded", UNSEEDED), ("(2) seeded", SEEDED))
-
-
-def argv_for(target: Path, ngram: bool, port: int, python: str = sys.executable) -> list:
-    argv = server_argv(target, None, port, python=python) + BUDGET
-    return argv + ["--speculative-config", json.dumps(NGRAM)] if ngram else argv
-
-
-def shell_line(target: Path, ngram: bool, port: int = 8000) -> str:
-    env = " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
-    return env + " " + shlex.join(argv_for(target, ngram, port, python="python"))
-
-
-def start(target: Path, ngram: bool, log: Path):
-    """(process, base URL) of a vLLM server on a free port."""
-    port = free_port()
-    env = dict(os.environ, **SERVER_ENV)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv_for(target, ngram, port), stdout=out,
-                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"vLLM exited before answering; see {log}")
-        if healthy(url):
-            return process, url
-        time.sleep(1)
-    stop(process)
-    sys.exit(f"vLLM did not answer /health within 600 s; see {log}")
 
 
 def send_all(url: str, model: str) -> list:
@@ -118,8 +84,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.models:
         target, _ = tiny_models(Path(args.models).resolve())
-        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, False)}\n"
-              f"with n-gram speculation:\n  {shell_line(target, True)}\nrequests, in order:")
+        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, None, extra=BUDGET)}\n"
+              f"with n-gram speculation:\n  {shell_line(target, NGRAM, extra=BUDGET)}\n"
+              f"requests, in order:")
         for name, body in REQUESTS:
             print(f"  {name}\n  {curl_line(body)}")
         return 0
@@ -132,11 +99,12 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="vllm-ngram-seeded-"))
     target, _ = tiny_models(root)
     results = {}
-    for name, ngram in (("without speculation", False), ("with n-gram speculation", True)):
-        process, url = start(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log")
+    for name, ngram in (("without speculation", None), ("with n-gram speculation", NGRAM)):
+        process, url = start_vllm(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log",
+                                  extra=BUDGET)
         port = int(url.rsplit(":", 1)[1])
         try:
-            print(f"--- {name}\n    server: {shell_line(target, ngram, port)}")
+            print(f"--- {name}\n    server: {shell_line(target, ngram, port, extra=BUDGET)}")
             results[name] = reproduced(send_all(url, "tiny"))
         finally:
             stop(process)

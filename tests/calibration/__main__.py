@@ -1,4 +1,4 @@
-"""``python -m properties.calibration run|power|summary ...``: the kit's stated error rates,
+"""``python -m tests.calibration run|power|summary ...``: the kit's stated error rates,
 measured (CONFORMANCE.md, "Calibration"; ``make calibration RUNS=N``).
 
     run      RUNS runs of every statistical family on its correct implementations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from properties.calibration import collect, deviate, engines, runner
+from tests.calibration import collect, deviate, engines, runner
 
 
 def _families(text: str, allowed) -> list[str]:
@@ -24,7 +24,7 @@ def _families(text: str, allowed) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m properties.calibration")
+    parser = argparse.ArgumentParser(prog="python -m tests.calibration")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "power"):
         p = sub.add_parser(name)
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     s.add_argument("--docs", type=Path, default=None, help="also write the pictures here")
     args = parser.parse_args(argv)
     if args.command == "summary":
-        from properties.calibration import summary
+        from tests.calibration import summary
         print(summary.write(args.out, args.docs))
         return 0
     if args.runs < 1:
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         task_list = runner.tasks(families, args.runs, args.seed, "null", impls=impls,
                                  tests=only)
     else:
-        families = _families(args.families or ",".join(deviate.POWER_IMPL), deviate.POWER_IMPL)
+        families = _families(args.families or ",".join(engines.POWER_IMPL), engines.POWER_IMPL)
         try:
             fractions = tuple(float(f) for f in args.fractions.split(",")) if args.fractions \
                 else None
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         for family in families:
             task_list += runner.tasks([family], args.runs, args.seed, "power",
                                       deltas=deviate.deltas(family, fractions),
-                                      impls=impls or [deviate.POWER_IMPL[family]],
+                                      impls=impls or [engines.POWER_IMPL[family]],
                                       tests=only or deviate.POWER_TESTS.get(family))
         task_list.sort(key=lambda t: t["seed"])
     runner.run(task_list, args.out, args.workers, args.minutes)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from properties import statistics
-from properties.calibration import stats as cs
+from tests.calibration import stats as cs
 
 
 NO_DEVIATION = "no such deviation of this law"

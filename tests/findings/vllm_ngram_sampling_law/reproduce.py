@@ -29,25 +29,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny import (
-    SERVER_ENV,
     complete,
     curl_line,
     exact_law,
-    free_port,
-    healthy,
-    server_argv,
+    shell_line,
+    start_vllm,
     stop,
     tiny_models,
 )
@@ -63,35 +57,6 @@ N_PER_REQUEST = 16
 REQUESTS = 48         # 768 samples per server
 BODY = {"prompt": PROMPT, "max_tokens": 2, "temperature": TEMPERATURE, "top_p": 1.0,
         "n": N_PER_REQUEST, "ignore_eos": True, "return_token_ids": True}
-
-
-def argv_for(target: Path, ngram: bool, port: int, python: str = sys.executable) -> list:
-    argv = server_argv(target, None, port, python=python)
-    return argv + ["--speculative-config", json.dumps(NGRAM)] if ngram else argv
-
-
-def shell_line(target: Path, ngram: bool, port: int = 8000) -> str:
-    env = " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
-    return env + " " + shlex.join(argv_for(target, ngram, port, python="python"))
-
-
-def start(target: Path, ngram: bool, log: Path):
-    """(process, base URL) of a vLLM server on a free port."""
-    port = free_port()
-    env = dict(os.environ, **SERVER_ENV)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv_for(target, ngram, port), stdout=out,
-                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"vLLM exited before answering; see {log}")
-        if healthy(url):
-            return process, url
-        time.sleep(1)
-    stop(process)
-    sys.exit(f"vLLM did not answer /health within 600 s; see {log}")
 
 
 def ngram_proposal(tokens: list, lo: int = 1, hi: int = 3):
@@ -184,8 +149,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.models:
         target, _ = tiny_models(Path(args.models).resolve())
-        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, False)}\n"
-              f"with n-gram speculation:\n  {shell_line(target, True)}\n"
+        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, None)}\n"
+              f"with n-gram speculation:\n  {shell_line(target, NGRAM)}\n"
               f"request ({REQUESTS} times, 8 in flight):\n  {curl_line(BODY)}")
         return 0
     print(f"prompt {PROMPT}\ntemperature {TEMPERATURE}, first two tokens, {REQUESTS} requests "
@@ -206,8 +171,8 @@ def main() -> int:
     target, _ = tiny_models(root)
     law = exact_law(target, PROMPT, TEMPERATURE)
     results, samples = {}, {}
-    for name, ngram in (("without speculation", False), ("with n-gram speculation", True)):
-        process, url = start(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log")
+    for name, ngram in (("without speculation", None), ("with n-gram speculation", NGRAM)):
+        process, url = start_vllm(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log")
         port = int(url.rsplit(":", 1)[1])
         print(f"--- {name}\n    server: {shell_line(target, ngram, port)}")
         try:

@@ -29,8 +29,9 @@ rounds drafted and accepted (behaviours "wrong_token" and "partial_accept" apply
 With `trained_dir` (``--trained-dir DIR``) the pair at DIR instead of the committed one (the
 weight-bound pair of --models trained-large).
 
-Run as a process (``python -m properties.engines.fake_server --port P [--behaviour B]``) it is the
-`fake` engine of ``python -m properties.serve run``: the launcher's own self-test.
+Run as a process (``python -m tests.fakes.server --port P [--behaviour B]``, from the checkout's
+root) it is the `fake` engine of ``python -m properties.serve run`` (tests/fakes/engine.py): the
+launcher's own self-test.
 Its /metrics counters (its own names, which the `fake` engine's dialect reads) follow a perfect draft with k = 4 drafted per round ("full" schedule).
 """
 
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 
 from properties import oracle
-from properties.engines.fake import ACCEPTED, DRAFTED
+from tests.fakes.engine import ACCEPTED, DRAFTED
 from properties.models import tokenizer
 from reference.penalties import OPENAI
 from reference.sampling import SamplingParams, probs_from_logits
@@ -369,7 +370,7 @@ def _rounds(length: int) -> int:
 
 def main(argv=None) -> int:
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m properties.engines.fake_server")
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.server")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--behaviour", default=None, choices=[b for b in BEHAVIOURS if b])
     parser.add_argument("--trained", default=None, metavar="DRAFT",

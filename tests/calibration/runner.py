@@ -1,4 +1,4 @@
-"""Many runs, on worker processes: each task is one run (properties.calibration.collect) of one
+"""Many runs, on worker processes: each task is one run (tests.calibration.collect) of one
 family on one implementation, correct or deviating by a stated total variation (deviate.py).
 
 Runs are written one JSON line each to OUT/runs.jsonl as they finish, so a batch stopped by its
@@ -29,12 +29,12 @@ def _task(task: dict) -> dict:
 
 
 def _run_task(task: dict) -> dict:
-    from properties.calibration import collect, engines
+    from tests.calibration import collect, engines
     if task.get("delta") and task["impl"] == "served":
         impl = engines.get("served", task["delta"])     # the server itself deviates
         impl.spec = f"served deviating by TV {task['delta']}"
     elif task.get("delta"):
-        from properties.calibration import deviate
+        from tests.calibration import deviate
         impl = deviate.deviating(engines.get(task["impl"]), task["family"], task["delta"])
     else:
         impl = engines.get(task["impl"])
@@ -52,7 +52,7 @@ def tasks(families, runs: int, seed: int, batch: str, deltas=(0.0,), impls=None,
     """The tasks of a batch: runs x families x their implementations x deltas. Each (family,
     implementation, delta, run) takes its own Hypothesis seed from `seed`; `tests`: only these
     test names (None: every statistical test of the family)."""
-    from properties.calibration import engines
+    from tests.calibration import engines
     out = []
     for r in range(runs):
         for family in families:

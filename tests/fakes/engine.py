@@ -1,5 +1,11 @@
 """The project's own fake server as an engine: the launcher's self-test (start, health, a
-server that dies at a chosen request, restart, counters, verdict) in seconds, no engine needed."""
+server that dies at a chosen request, restart, counters, verdict) in seconds, no engine needed.
+
+Test infrastructure, not the kit: it lives in a checkout of the project (tests/fakes/), outside
+what `pip install` ships, and the engine table names it by its module, ``tests.fakes.engine``
+(properties/engines/__init__.py): ``python -m properties.serve run fake perfect-draft`` runs
+from the checkout's root. Its server (tests/fakes/server.py) is started there too, as
+``python -m tests.fakes.server`` with the checkout's root as its working directory."""
 
 from __future__ import annotations
 
@@ -12,6 +18,9 @@ from properties.adapters.dialects import Dialect, read_prometheus
 from properties.engines import Command, Engine, Method
 from reference.penalties import OPENAI
 
+# the checkout's root: the server's module, tests.fakes.server, is imported from there
+ROOT = Path(__file__).resolve().parents[2]
+
 METHODS = {m.name: m for m in (
     Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
     Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
@@ -23,7 +32,7 @@ METHODS = {m.name: m for m in (
     Method("draft-small", "a trained pair's small draft (--models trained or trained-large)",
            "draft-small"),
 )}
-# its speculation counters, on its /metrics page (properties/engines/fake_server.py)
+# its speculation counters, on its /metrics page (tests/fakes/server.py)
 DRAFTED = "kit_fake_drafted_tokens_total"
 ACCEPTED = "kit_fake_accepted_tokens_total"
 BEHAVIOUR = {"perfect-draft": None, "die-on-top-k": "die_on_top_k"}
@@ -40,7 +49,7 @@ class Fake(Dialect):
         return read_prometheus(client, (DRAFTED,), (ACCEPTED,))
 
 
-# the fake server follows the OpenAI formula (properties/engines/fake_server.py)
+# the fake server follows the OpenAI formula (tests/fakes/server.py)
 FAKE = Fake(stop_in_ids=True, stop_in_text=True, honours_n=True, formula=OPENAI)
 
 
@@ -72,7 +81,7 @@ def trained_pair_dir(export_dir) -> Path | None:
 
 
 def command(env, export_dir, method, port) -> Command:
-    argv = [sys.executable, "-m", "properties.engines.fake_server", "--port", str(port)]
+    argv = [sys.executable, "-m", "tests.fakes.server", "--port", str(port)]
     behaviour = BEHAVIOUR.get(method.name) if method is not None else None
     if behaviour:
         argv += ["--behaviour", behaviour]
@@ -87,11 +96,12 @@ def command(env, export_dir, method, port) -> Command:
         # the server says so and exits: the launcher reports it from the log (a command line
         # is still made, for the recipes and the interface's test)
         argv += ["--trained-only", method.name]
-    return Command(argv, health="/health")
+    return Command(argv, health="/health", cwd=str(ROOT))
 
 
 ENGINE = Engine(
-    name="fake", title="the kit's fake server (self-test)", setup="nothing (part of the kit)",
+    name="fake", title="the kit's fake server (self-test)",
+    setup="nothing (a checkout of the project)",
     validated=("self",), methods=METHODS, dialect=FAKE, find=lambda: None,
     version=lambda env: "self", command=command, start_timeout=60.0, schedule="full",
     recipe=False)

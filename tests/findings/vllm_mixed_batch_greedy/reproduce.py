@@ -23,23 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny import (
-    SERVER_ENV,
     complete,
     curl_line,
-    free_port,
-    healthy,
-    server_argv,
+    shell_line,
+    start_vllm,
     stop,
     tiny_models,
 )
@@ -69,35 +63,6 @@ GROUPS = {   # name -> the requests sent with G, at the same moment
     "+ #2, #3, #5 (greedy only)": [OTHERS[k] for k in (2, 3, 5)],
 }
 ROUNDS = 4
-
-
-def argv_for(target: Path, ngram: bool, port: int, python: str = sys.executable) -> list:
-    argv = server_argv(target, None, port, python=python)
-    return argv + ["--speculative-config", json.dumps(NGRAM)] if ngram else argv
-
-
-def shell_line(target: Path, ngram: bool, port: int = 8000) -> str:
-    env = " ".join(f"{k}={v}" for k, v in SERVER_ENV.items())
-    return env + " " + shlex.join(argv_for(target, ngram, port, python="python"))
-
-
-def start(target: Path, ngram: bool, log: Path):
-    """(process, base URL) of a vLLM server on a free port."""
-    port = free_port()
-    env = dict(os.environ, **SERVER_ENV)
-    with open(log, "wb") as out:
-        process = subprocess.Popen(argv_for(target, ngram, port), stdout=out,
-                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"vLLM exited before answering; see {log}")
-        if healthy(url):
-            return process, url
-        time.sleep(1)
-    stop(process)
-    sys.exit(f"vLLM did not answer /health within 600 s; see {log}")
 
 
 def greedy(target: Path, prompt: list, steps: int) -> tuple[list, list]:
@@ -177,8 +142,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.models:
         target, _ = tiny_models(Path(args.models).resolve())
-        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, False)}\n"
-              f"with n-gram speculation:\n  {shell_line(target, True)}\n"
+        print(f"wrote {target}\nwithout speculation:\n  {shell_line(target, None)}\n"
+              f"with n-gram speculation:\n  {shell_line(target, NGRAM)}\n"
               f"G (greedy):\n  {curl_line(G)}\nsent at the same moment as G, in the kit's batch:")
         for k, body in OTHERS.items():
             print(f"  #{k}: {curl_line(body)}")
@@ -200,8 +165,8 @@ def main() -> int:
     expected, _ = greedy(target, G["prompt"], G["max_tokens"])
     print(f"G: {json.dumps(G)}\ntarget's greedy continuation of G (float64): {expected}")
     results = {}
-    for name, ngram in (("without speculation", False), ("with n-gram speculation", True)):
-        process, url = start(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log")
+    for name, ngram in (("without speculation", None), ("with n-gram speculation", NGRAM)):
+        process, url = start_vllm(target, ngram, root / f"{'ngram' if ngram else 'plain'}.log")
         port = int(url.rsplit(":", 1)[1])
         print(f"--- {name}\n    server: {shell_line(target, ngram, port)}")
         try:
