@@ -17,6 +17,13 @@ The design, in numbers (CONFORMANCE.md derives them):
   ``MIN_EXPECTED``; that two-group case is judged by the exact binomial test (Fisher's exact
   test for two samples) instead of the chi-square approximation, and ``plan`` computes its
   power exactly. A law with one possible outcome is judged by its support alone.
+* One pooling rule, everywhere: ``pool_cells`` of the expected counts at ``MIN_EXPECTED`` (one
+  sample against an exact law), of the combined counts at ``2 * MIN_EXPECTED`` (two samples of
+  equal size: ``MIN_EXPECTED`` expected per sample). The checks' tests (``chi_square_gof``,
+  ``chi_square_two_sample``) and what a failure's message says about where a law is off
+  (``gof_p_value``, ``two_sample_p_value``, their statistics, and ``by_position`` /
+  ``two_sample_by_position``: the first element of a sequence against the elements after it)
+  pool alike; the descriptions count no check and spend no alpha.
 * Power: an implementation whose outcome distribution Q is at total-variation distance delta
   from the exact P gives the Pearson statistic (asymptotically) a noncentral chi-square law with
   noncentrality n * chi2(Q || P), and chi2(Q || P) >= 4 delta^2 (Cauchy-Schwarz:
@@ -473,22 +480,15 @@ class GofResult:
         return "\n".join(lines)
 
 
-def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
-                   exact: Mapping[Hashable, float], strata: Mapping[Hashable, Hashable] | None = None,
-                   alpha: float = ALPHA, min_expected: float = MIN_EXPECTED) -> GofResult:
-    """Test observed outcomes against the exact distribution `exact` (outcome -> probability).
+def _counts(observed) -> Counter:
+    return Counter(observed) if not isinstance(observed, Mapping) else Counter(dict(observed))
 
-    `observed` is a mapping outcome -> count or an iterable of outcomes. Outcomes missing from
-    `exact`, or with probability 0, are impossible: any occurrence fails the test. The rest are
-    pooled (see pool_cells) and tested at level alpha: with scipy.stats.chisquare, or, where
-    the partition is two groups one of which is below min_expected, with the exact binomial
-    test of the small group's count against its probability (two-sided; the same p-value as
-    the large group's count against its own). A law with one positive outcome is judged by its
-    support alone (test "support", df 0, p = 1: only an impossible outcome fails it).
-    """
-    global checks_run
-    checks_run += 1
-    counts = Counter(observed) if not isinstance(observed, Mapping) else Counter(dict(observed))
+
+def _gof_table(counts: Counter, exact: Mapping[Hashable, float], strata, min_expected: float):
+    """The pooled table a test of `counts` against `exact` judges: the outcomes of positive
+    probability, their groups (pool_cells of the expectations n p), each group's observed and
+    expected count (at n, every observation), and the observed outcomes of probability 0 (or
+    missing from `exact`) with their counts."""
     n = sum(counts.values())
     outcomes = [o for o, pr in exact.items() if pr > 0]
     probs = np.array([exact[o] for o in outcomes], dtype=np.float64)
@@ -505,7 +505,13 @@ def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
     groups = pool_cells(expected, labels, min_expected)
     f_obs = np.array([obs[g].sum() for g in groups])
     f_exp = np.array([expected[g].sum() for g in groups])
-    df = len(groups) - 1
+    return outcomes, groups, f_obs, f_exp, impossible
+
+
+def _gof_p(f_obs: np.ndarray, f_exp: np.ndarray, min_expected: float):
+    """The test chi_square_gof runs on a pooled table, its statistic and p-value (impossible
+    outcomes aside), and the expected counts rescaled to the observations it judges."""
+    df = len(f_obs) - 1
     test = ("support" if df < 1 else
             "binomial" if exact_test_needed(f_exp, min_expected) else "chi-square")
     if df >= 1 and f_obs.sum() > 0:
@@ -518,6 +524,29 @@ def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
                                        float(f_exp[small] / f_exp.sum()))
     else:
         statistic, p_value = 0.0, 1.0
+    return test, statistic, p_value, f_exp
+
+
+def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
+                   exact: Mapping[Hashable, float], strata: Mapping[Hashable, Hashable] | None = None,
+                   alpha: float = ALPHA, min_expected: float = MIN_EXPECTED) -> GofResult:
+    """Test observed outcomes against the exact distribution `exact` (outcome -> probability).
+
+    `observed` is a mapping outcome -> count or an iterable of outcomes. Outcomes missing from
+    `exact`, or with probability 0, are impossible: any occurrence fails the test. The rest are
+    pooled (see pool_cells) and tested at level alpha: with scipy.stats.chisquare, or, where
+    the partition is two groups one of which is below min_expected, with the exact binomial
+    test of the small group's count against its probability (two-sided; the same p-value as
+    the large group's count against its own). A law with one positive outcome is judged by its
+    support alone (test "support", df 0, p = 1: only an impossible outcome fails it).
+    """
+    global checks_run
+    checks_run += 1
+    counts = _counts(observed)
+    n = sum(counts.values())
+    outcomes, groups, f_obs, f_exp, impossible = _gof_table(counts, exact, strata, min_expected)
+    df = len(groups) - 1
+    test, statistic, p_value, f_exp = _gof_p(f_obs, f_exp, min_expected)
     contributions = (f_obs - f_exp) ** 2 / np.where(f_exp > 0, f_exp, 1)
     worst = []
     for gi in np.argsort(-contributions)[:4]:
@@ -540,6 +569,32 @@ def chi_square_gof(observed: Mapping[Hashable, int] | Iterable[Hashable],
     if recorder is not None:
         _record("gof", result)
     return result
+
+
+def gof_p_value(observed: Mapping[Hashable, int] | Iterable[Hashable],
+                exact: Mapping[Hashable, float], strata: Mapping[Hashable, Hashable] | None = None,
+                min_expected: float = MIN_EXPECTED) -> float:
+    """The p-value of the test chi_square_gof runs on `observed` against `exact` (the same
+    pooling, the same chi-square or exact binomial test), 0 where an outcome of probability 0
+    was observed. No check is counted and nothing is recorded: for what a failure's message
+    says about a check that has already been decided (which row of a pair is off)."""
+    counts = _counts(observed)
+    _, _, f_obs, f_exp, impossible = _gof_table(counts, exact, strata, min_expected)
+    return 0.0 if impossible else _gof_p(f_obs, f_exp, min_expected)[2]
+
+
+def gof_statistic(observed: Mapping[Hashable, int] | Iterable[Hashable],
+                  exact: Mapping[Hashable, float], strata: Mapping[Hashable, Hashable] | None = None,
+                  min_expected: float = MIN_EXPECTED) -> tuple[float, int]:
+    """Pearson's statistic of `observed` against `exact`, pooled as chi_square_gof pools them,
+    and its degrees of freedom (0: the pooling left one group, a statistic of nothing); inf
+    where an outcome of probability 0 was observed. Statistics of independent strata add up,
+    with their df, to one chi-square statistic (by_position). No check is counted."""
+    counts = _counts(observed)
+    _, groups, f_obs, f_exp, impossible = _gof_table(counts, exact, strata, min_expected)
+    if impossible:
+        return math.inf, len(groups) - 1
+    return float(((f_obs - f_exp) ** 2 / f_exp).sum()), len(groups) - 1
 
 
 def chi_square_statistics(count_matrix: np.ndarray, probs: np.ndarray,
@@ -608,6 +663,45 @@ def two_sample_plan(probs, delta: float, alpha: float = ALPHA, power: float = PO
     return the_plan
 
 
+def _two_sample_table(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
+                      min_expected: float):
+    """The pooled 2 x groups table a two-sample test of `a` against `b` judges: the outcomes
+    observed (most observed first), their groups (pool_cells of the combined counts at
+    2 min_expected: an expectation of min_expected per sample, for equal sizes), and the
+    table's two rows, each sample's count in each group."""
+    outcomes = sorted((o for o in set(a) | set(b) if a.get(o, 0) + b.get(o, 0) > 0),
+                      key=lambda o: -(a.get(o, 0) + b.get(o, 0)))
+    combined = np.array([a.get(o, 0) + b.get(o, 0) for o in outcomes], dtype=np.float64)
+    groups = pool_cells(combined, None, 2 * min_expected)
+    table = np.array([[sum(a.get(outcomes[i], 0) for i in g) for g in groups],
+                      [sum(b.get(outcomes[i], 0) for i in g) for g in groups]], dtype=np.float64)
+    return outcomes, groups, table
+
+
+def _two_sample_p(table: np.ndarray, min_expected: float):
+    """The test chi_square_two_sample runs on a pooled table, its statistic, p-value and the
+    table's expected counts under homogeneity."""
+    df = table.shape[1] - 1
+    test = ("one-outcome" if df < 1 else
+            "fisher" if exact_test_needed(table.sum(0), 2 * min_expected) else "chi-square")
+    if df < 1:
+        return test, 0.0, 1.0, table
+    statistic, p_value, _, expected = stats.chi2_contingency(table, correction=False)
+    statistic, p_value = float(statistic), float(p_value)
+    if test == "fisher":
+        small = int(np.argmin(table.sum(0)))
+        na, nb = table.sum(1)
+        p_value = fisher_p_value(int(table[0, small]), int(na), int(table[1, small]), int(nb))
+    return test, statistic, p_value, expected
+
+
+def _two_sizes(a: Mapping[Hashable, int], b: Mapping[Hashable, int]) -> tuple[int, int]:
+    na, nb = sum(a.values()), sum(b.values())
+    if na == 0 or nb == 0:
+        raise ValueError(f"both samples need observations, got {na} and {nb}")
+    return na, nb
+
+
 def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
                           alpha: float = ALPHA, min_expected: float = MIN_EXPECTED) -> GofResult:
     """Pearson's test of homogeneity: are the counts `a` and `b` (outcome -> count) draws from
@@ -621,25 +715,10 @@ def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
     """
     global checks_run
     checks_run += 1
-    outcomes = sorted(set(a) | set(b), key=lambda o: -(a.get(o, 0) + b.get(o, 0)))
-    na, nb = sum(a.values()), sum(b.values())
-    if na == 0 or nb == 0:
-        raise ValueError(f"both samples need observations, got {na} and {nb}")
-    combined = np.array([a.get(o, 0) + b.get(o, 0) for o in outcomes], dtype=np.float64)
-    groups = pool_cells(combined, None, 2 * min_expected)
-    table = np.array([[sum(a.get(outcomes[i], 0) for i in g) for g in groups],
-                      [sum(b.get(outcomes[i], 0) for i in g) for g in groups]], dtype=np.float64)
+    na, nb = _two_sizes(a, b)
+    outcomes, groups, table = _two_sample_table(a, b, min_expected)
     df = len(groups) - 1
-    test = ("one-outcome" if df < 1 else
-            "fisher" if exact_test_needed(table.sum(0), 2 * min_expected) else "chi-square")
-    if df >= 1:
-        statistic, p_value, _, expected = stats.chi2_contingency(table, correction=False)
-        statistic, p_value = float(statistic), float(p_value)
-        if test == "fisher":
-            small = int(np.argmin(table.sum(0)))
-            p_value = fisher_p_value(int(table[0, small]), int(na), int(table[1, small]), int(nb))
-    else:
-        statistic, p_value, expected = 0.0, 1.0, table
+    test, statistic, p_value, expected = _two_sample_p(table, min_expected)
     worst = []
     for gi in np.argsort(-np.abs(table[0] - expected[0]))[:4]:
         names = [outcomes[i] for i in groups[gi]]
@@ -661,3 +740,90 @@ def chi_square_two_sample(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
     if recorder is not None:
         _record("two_sample", result)
     return result
+
+
+def two_sample_p_value(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
+                       min_expected: float = MIN_EXPECTED) -> float:
+    """The p-value of the test chi_square_two_sample runs on `a` against `b` (the same pooling,
+    the same chi-square or Fisher test). No check is counted and nothing is recorded: for what
+    a failure's message says once its check is decided (is the engine's own law the one its
+    speculation samples?)."""
+    _two_sizes(a, b)
+    return _two_sample_p(_two_sample_table(a, b, min_expected)[2], min_expected)[2]
+
+
+def two_sample_statistic(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
+                         min_expected: float = MIN_EXPECTED) -> tuple[float, int]:
+    """Pearson's statistic of homogeneity of `a` and `b`, pooled as chi_square_two_sample pools
+    them, and its degrees of freedom (0: one group). Statistics of independent strata add up,
+    with their df, to one chi-square statistic (two_sample_by_position). No check is counted."""
+    _two_sizes(a, b)
+    table = _two_sample_table(a, b, min_expected)[2]
+    return _two_sample_p(table, min_expected)[1], table.shape[1] - 1
+
+
+# --------------------------------------------------------------------------- by position
+
+def _heads(counts: Mapping[tuple, int]) -> Counter:
+    """The counts of the outcomes' first elements (outcomes are sequences)."""
+    heads = Counter()
+    for o, c in counts.items():
+        heads[o[:1]] += c
+    return heads
+
+
+def _p_sum(total: float, dof: int) -> float:
+    """The chi-square p-value of statistics added up over strata (inf: an impossible outcome)."""
+    if math.isinf(total):
+        return 0.0
+    return 1.0 if dof < 1 else float(stats.chi2.sf(total, dof))
+
+
+def by_position(observed: Mapping[tuple, int], law: Mapping[tuple, float],
+                min_expected: float = MIN_EXPECTED) -> tuple[float, float] | None:
+    """Where a failed law lies, for outcomes that are sequences (tokens): (p_first, p_later).
+    p_first: the first elements against their exact marginal (gof_p_value: the test
+    chi_square_gof runs). p_later: the rest of each outcome against its exact law given the
+    first element, one gof_statistic per first element, added up with their df (given the
+    first elements' counts the strata are independent samples, so the sum is one chi-square
+    statistic). None where no outcome of `law` has two elements. A description of a check that
+    has failed (its words are the caller's), not a further check: no alpha is spent, nothing
+    is counted."""
+    if not law or max(len(o) for o in law) < 2:
+        return None
+    marginal: dict = {}
+    for o, pr in law.items():
+        marginal[o[:1]] = marginal.get(o[:1], 0.0) + pr
+    p_first = gof_p_value(_heads(observed), marginal, min_expected=min_expected)
+    total, dof = 0.0, 0
+    for head in marginal:
+        rest = {o: pr for o, pr in law.items() if o[:1] == head and len(o) > 1 and pr > 0}
+        seen = {o: c for o, c in observed.items() if o[:1] == head and len(o) > 1 and c > 0}
+        if not rest or not seen:
+            continue
+        mass = sum(rest.values())
+        rest = {o: pr / mass for o, pr in rest.items()}
+        stat, df = gof_statistic(seen, rest, min_expected=min_expected)
+        total, dof = total + stat, dof + df
+    return p_first, _p_sum(total, dof)
+
+
+def two_sample_by_position(a: Mapping[tuple, int], b: Mapping[tuple, int],
+                           min_expected: float = MIN_EXPECTED) -> tuple[float, float] | None:
+    """by_position without an exact law: the sample `a` against the sample `b`. p_first: the
+    first elements' counts, two_sample_p_value (the test chi_square_two_sample runs). p_later:
+    the rest of each outcome given its first element, one two_sample_statistic per first
+    element both samples have, added up with their df. None where no outcome of `a` has two
+    elements. A description, not a check: no alpha is spent, nothing is counted."""
+    if not a or max(len(o) for o in a) < 2:
+        return None
+    heads_a, heads_b = _heads(a), _heads(b)
+    p_first = two_sample_p_value(heads_a, heads_b, min_expected)
+    total, dof = 0.0, 0
+    for head in set(heads_a) | set(heads_b):
+        rest = [Counter({o[1:]: c for o, c in s.items() if o[:1] == head}) for s in (a, b)]
+        if not all(sum(r.values()) for r in rest):
+            continue
+        stat, df = two_sample_statistic(rest[0], rest[1], min_expected)
+        total, dof = total + stat, dof + df
+    return p_first, _p_sum(total, dof)

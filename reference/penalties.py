@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.sampling import probs_from_logits
+
 HISTORIES = ("prompt+output", "output")
 
 
@@ -93,7 +95,6 @@ class Formula:
 
     def probs(self, logits: torch.Tensor, prompt, generated, params) -> torch.Tensor:
         """The distribution the request samples from after prompt + generated (not greedy)."""
-        from reference.sampling import probs_from_logits
         if params.greedy:
             raise ValueError("temperature=0 means greedy: use the argmax of adjusted(), not a "
                              "distribution")

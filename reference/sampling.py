@@ -184,17 +184,17 @@ class SamplingParams:
                              f"probs_after(logits, prompt, generated, formula)")
         return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
 
-    def adjusted(self, logits: torch.Tensor, prompt=(), generated=(), formula=None):
+    def adjusted(self, logits: torch.Tensor, prompt, generated, formula):
         """The logits after the bias and the penalties, for the token after prompt +
-        generated, under `formula` (reference.penalties; default the OpenAI API's). Greedy
-        decoding takes their argmax."""
-        from reference.penalties import OPENAI
-        return (formula or OPENAI).adjusted(logits, prompt, generated, self)
+        generated, under `formula` (a reference.penalties.Formula, e.g. its OPENAI: the
+        engine's order of operations, passed in, since reference.penalties builds on this
+        module). Greedy decoding takes their argmax."""
+        return formula.adjusted(logits, prompt, generated, self)
 
-    def probs_after(self, logits: torch.Tensor, prompt=(), generated=(), formula=None):
-        """The distribution after prompt + generated under `formula` (not for greedy)."""
-        from reference.penalties import OPENAI
-        return (formula or OPENAI).probs(logits, prompt, generated, self)
+    def probs_after(self, logits: torch.Tensor, prompt, generated, formula):
+        """The distribution after prompt + generated under `formula` (a
+        reference.penalties.Formula; not for greedy)."""
+        return formula.probs(logits, prompt, generated, self)
 
     def __repr__(self):
         # only what differs from the defaults: a failing case's replay line stays short

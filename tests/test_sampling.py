@@ -53,3 +53,13 @@ def test_batched_rows_are_processed_independently():
     rows = torch.stack([logits_of([0.5, 0.3, 0.2]), logits_of([0.2, 0.3, 0.5])])
     probs = probs_from_logits(rows, top_p=0.5)
     torch.testing.assert_close(probs, torch.tensor([[1.0, 0, 0], [0, 0, 1.0]], dtype=torch.float64))
+
+
+def test_sampling_builds_on_nothing_of_the_penalties():
+    """reference.penalties builds on reference.sampling, never the other way (one-way: no import
+    circle): a fresh interpreter importing reference.sampling loads no reference.penalties."""
+    import subprocess
+    import sys
+    code = ("import sys, reference.sampling; "
+            "assert 'reference.penalties' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)

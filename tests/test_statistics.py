@@ -251,3 +251,54 @@ def test_alpha_budget_holds_in_every_profile(profile):
 def test_critical_values_are_those_of_the_stated_alpha():
     for df in (1, 5, 30):
         assert math.isclose(stats.chi2.sf(critical_value(df), df), ALPHA, rel_tol=1e-6)
+
+
+# --------------------------------------------------------------------------- descriptions
+
+def test_descriptions_run_the_checks_tests_without_counting_them():
+    """gof_p_value and two_sample_p_value are chi_square_gof's and chi_square_two_sample's
+    p-values (the same pooling, the same exact tests), and count no check."""
+    p = distributions()["tiny-tail-53"]
+    exact = dict(enumerate(p))
+    rng = np.random.default_rng(39)
+    for n in (40, 400):
+        a = Counter(rng.choice(len(p), size=n, p=p).tolist())
+        b = Counter(rng.choice(len(p), size=n, p=p).tolist())
+        before = statistics.checks_run
+        gof, two = statistics.gof_p_value(a, exact), statistics.two_sample_p_value(a, b)
+        assert statistics.checks_run == before
+        assert gof == chi_square_gof(a, exact).p_value
+        assert two == statistics.chi_square_two_sample(a, b).p_value
+        stat, df = statistics.two_sample_statistic(a, b)
+        result = statistics.chi_square_two_sample(a, b)
+        assert (df, stat) == (result.df, result.statistic)
+    assert statistics.gof_p_value(Counter({0: 5, 99: 1}), exact) == 0.0   # impossible outcome
+    assert statistics.gof_statistic(Counter({0: 5, 99: 1}), exact)[0] == math.inf
+
+
+def test_two_sample_pooling_is_one_rule():
+    """Two samples pool by combined count at 2 MIN_EXPECTED, and a pool still below it joins
+    the smallest group (not a cell of its own, as the served checks' old helper kept it)."""
+    a = Counter({"x": 300, "y": 200, "r1": 1, "r2": 2})
+    b = Counter({"x": 290, "y": 210, "r3": 1})
+    stat, df = statistics.two_sample_statistic(a, b)
+    assert df == 1   # {x}, {y, r1, r2, r3}: the pool of 4 joins y
+    table = [[300, 203], [290, 211]]
+    assert math.isclose(stat, stats.chi2_contingency(table, correction=False)[0], rel_tol=1e-12)
+
+
+def test_by_position_tells_the_first_token_from_the_later_ones():
+    law = {(1, 1): 0.4, (1, 2): 0.1, (2, 1): 0.1, (2, 2): 0.4}
+    base = Counter({(1, 1): 400, (1, 2): 100, (2, 1): 100, (2, 2): 400})
+    later = Counter({(1, 1): 100, (1, 2): 400, (2, 1): 400, (2, 2): 100})
+    first = Counter({(1, 1): 720, (1, 2): 180, (2, 1): 20, (2, 2): 80})
+    for split in (statistics.by_position(later, law),
+                  statistics.two_sample_by_position(later, base)):
+        assert split[0] > ALPHA > split[1]
+    for split in (statistics.by_position(first, law),
+                  statistics.two_sample_by_position(first, base)):
+        assert split[0] < ALPHA < split[1]
+    assert statistics.by_position(base, law)[0] > ALPHA and statistics.by_position(base, law)[1] > ALPHA
+    assert statistics.by_position(Counter({(1, 3): 1000}), law)[1] == 0.0   # impossible later
+    assert statistics.by_position(Counter({(1,): 5}), {(1,): 1.0}) is None
+    assert statistics.two_sample_by_position(Counter({(1,): 5}), Counter({(2,): 5})) is None

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import numpy as np
 from dataclasses import replace
 
 from properties import statistics
@@ -244,47 +243,6 @@ def check_sequence(impl, case: ServedCase, delta: float = DELTA_SERVED, seeded: 
     return result
 
 
-def by_position(observed: Counter, law: dict) -> tuple[float, float] | None:
-    """Where a law failure lies (a description, not a further check: no alpha is spent): the
-    first token, which the prefill samples without speculation, against its exact marginal;
-    and the later tokens, which speculation verifies, against their exact conditional laws
-    given the first (chi-square statistics of every first token's conditional added up)."""
-    from scipy.stats import chi2
-    if not law or max(len(o) for o in law) < 2:
-        return None
-
-    def statistic(counts: dict, probs: dict) -> tuple[float, int]:
-        n = sum(counts.values())
-        keys = list(probs)
-        expected = np.array([n * probs[k] for k in keys])
-        groups = statistics.pool_cells(expected, None, statistics.MIN_EXPECTED)
-        obs = np.array([sum(counts.get(keys[i], 0) for i in g) for g in groups], float)
-        exp = np.array([expected[g].sum() for g in groups])
-        extra = n - obs.sum()          # outcomes the exact law gives probability 0
-        if extra:
-            return math.inf, max(len(groups) - 1, 1)
-        return float(((obs - exp) ** 2 / np.where(exp > 0, exp, 1)).sum()), len(groups) - 1
-
-    marginal: dict = {}
-    for o, pr in law.items():
-        marginal[o[:1]] = marginal.get(o[:1], 0.0) + pr
-    first = Counter()
-    for o, c in observed.items():
-        first[o[:1]] += c
-    stat, df = statistic(first, marginal)
-    p_first = 1.0 if df < 1 else float(chi2.sf(stat, df))
-    total, dof = 0.0, 0
-    for head, mass in marginal.items():
-        rest = {o: pr / mass for o, pr in law.items() if o[:1] == head and len(o) > 1}
-        seen = {o: c for o, c in observed.items() if o[:1] == head and len(o) > 1}
-        if not rest or not seen:
-            continue
-        stat, df = statistic(seen, rest)
-        total, dof = total + stat, dof + max(df, 0)
-    p_later = 1.0 if dof < 1 else float(chi2.sf(total, dof))
-    return p_first, p_later
-
-
 def _where_words(p_first: float, p_later: float) -> str:
     """The positions a law failure lies at, in the words known-failure entries match."""
     first_ok, later_ok = p_first >= statistics.ALPHA, p_later >= statistics.ALPHA
@@ -295,8 +253,9 @@ def _where_words(p_first: float, p_later: float) -> str:
 
 
 def where_off(observed: Counter, law: dict) -> str:
-    """The failure's pattern by position, in words fit for a cause line ("" for one token)."""
-    split = by_position(observed, law)
+    """The failure's pattern by position, in words fit for a cause line ("" for one token);
+    the numbers are statistics.by_position's (a description: no alpha is spent)."""
+    split = statistics.by_position(observed, law)
     if not split:
         return ""
     p_first, p_later = split
@@ -307,50 +266,22 @@ def where_off(observed: Counter, law: dict) -> str:
 
 def where_off_two_sample(observed: Counter, base: Counter) -> str:
     """where_off without an exact law: the speculating server's samples against the baseline's,
-    the first tokens' marginals (two-sample chi-square) and the later tokens given the first
-    (the stratum statistics added up). A description for the cause line, no alpha spent."""
-    from scipy.stats import chi2, chi2_contingency
-    if not observed or max(len(o) for o in observed) < 2:
+    the first tokens' marginals and the later tokens given the first
+    (statistics.two_sample_by_position). A description for the cause line, no alpha spent."""
+    split = statistics.two_sample_by_position(observed, base)
+    if not split:
         return ""
-    heads = lambda c: Counter({h: sum(n for o, n in c.items() if o[:1] == h)
-                               for h in {o[:1] for o in c}})
-    p_first = two_sample(heads(observed), heads(base))
-    total, dof = 0.0, 0
-    for head in set(heads(observed)) | set(heads(base)):
-        rest = [Counter({o[1:]: n for o, n in c.items() if o[:1] == head}) for c in (observed, base)]
-        keys = sorted(set(rest[0]) | set(rest[1]))
-        big = [k for k in keys if rest[0][k] + rest[1][k] >= 10]
-        rows = [[r[k] for k in big] + [sum(r[k] for k in keys if k not in big)] for r in rest]
-        rows = [[x for x, keep in zip(row, map(any, zip(*rows))) if keep] for row in rows]
-        if len(rows[0]) >= 2 and all(sum(r) for r in rows):
-            stat, _, df, _ = chi2_contingency(rows, correction=False)
-            total, dof = total + float(stat), dof + int(df)
-    p_later = float(chi2.sf(total, dof)) if dof else 1.0
+    p_first, p_later = split
     return (f"{_where_words(p_first, p_later)} (speculating vs baseline samples: the first tokens, p = {p_first:.3g}; the "
             f"tokens after them given the first, p = {p_later:.3g})")
-
-
-def two_sample(a: Counter, b: Counter, min_count: int = 10) -> float:
-    """p-value of a chi-square test that two samples come from one law (outcomes seen fewer
-    than `min_count` times in both together are pooled into one cell)."""
-    from scipy.stats import chi2_contingency
-    keys = sorted(set(a) | set(b))
-    big = [k for k in keys if a[k] + b[k] >= min_count]
-    rows = [[a[k] for k in big], [b[k] for k in big]]
-    rest = [sum(a[k] for k in keys if k not in big), sum(b[k] for k in keys if k not in big)]
-    if rest[0] + rest[1] > 0:
-        rows[0].append(rest[0])
-        rows[1].append(rest[1])
-    if len(rows[0]) < 2:
-        return 1.0
-    return float(chi2_contingency(rows)[1])
 
 
 def _against_baseline(impl, case, law, observed, n, mismatch, seeded=True) -> str:
     """The law failed: do the baseline server's samples (same engine, no speculation) fail it
     too? Then the engine's sampler differs from the convention, and speculation is judged
-    against the engine's own sampler (two samples of n each: by lambda ~ n w^2 / 2 the test
-    has the one-sample test's power at a deviation sqrt(2) times larger, TV ~ 0.21)."""
+    against the engine's own sampler: statistics.two_sample_p_value, the test of
+    chi_square_two_sample (two samples of n each: by lambda >= 2 n delta^2 it has the
+    one-sample test's power at a deviation sqrt(2) times larger, TV ~ 0.21 at n = 557)."""
     try:
         answers = impl.baseline.complete_many(sampling_requests(impl.baseline, case, n,
                                                                 seeded))
@@ -358,7 +289,7 @@ def _against_baseline(impl, case, law, observed, n, mismatch, seeded=True) -> st
         return f"{mismatch}\n(the baseline server could not be asked for comparison: {exc})"
     base = Counter(c.tokens for a in answers for c in a[:n])
     base_result = statistics.chi_square_gof(base, law)
-    p_two = two_sample(observed, base)
+    p_two = statistics.two_sample_p_value(observed, base)
     same = p_two >= statistics.ALPHA
     if base_result.passed:
         where = where_off(observed, law)

@@ -57,7 +57,8 @@ import torch
 from properties import formulas, oracle, speculation, statistics
 from properties.adapters.protocol import HttpError, Request, ServedError
 from properties.cases import ServedCase
-from properties.checks.served import DELTA_SERVED, bounds_violation, sampling_requests
+from properties.checks.served import (DELTA_SERVED, bounds_violation, sampling_requests,
+                                      where_off, where_off_two_sample)
 from properties.harness import fail, law_mismatch
 from properties.models import tokenizer
 
@@ -233,7 +234,6 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
         base_counts = Counter(c.tokens for a in base for c in a[: the_plan.n])
         result = statistics.chi_square_two_sample(observed, base_counts)
         if not result.passed:
-            from properties.checks.served import where_off_two_sample
             where = where_off_two_sample(observed, base_counts)
             fail(impl, prop, CHECK_LAW, case,
                  f"with {asked(s)} the speculating server's outputs are not distributed as the "
@@ -247,7 +247,6 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
                                 L=case.max_tokens)
         # the cause line carries the failure's pattern: whether the baseline keeps the law (then
         # speculation changes it) and at which positions the outputs are off
-        from properties.checks.served import where_off
         where = where_off(observed, law)
         pattern = f"the law is off {where}" if where else "the law is off"
         if impl.baseline is not None:

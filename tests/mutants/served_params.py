@@ -29,6 +29,7 @@ import torch
 
 from properties import oracle
 from properties.models import tokenizer
+from reference.penalties import OPENAI
 from tests.fakes.server import FakeServer
 
 DRAFT = "draft-early-exit"
@@ -49,13 +50,13 @@ class IgnoresMinP(FakeServer):
 class BiasAfterTemperature(FakeServer):
     def next_probs(self, logits, ids, out, params):
         unbiased = replace(params, logit_bias=())
-        x = unbiased.adjusted(logits, *self.history(ids, out)) / params.temperature
+        x = unbiased.adjusted(logits, *self.history(ids, out), OPENAI) / params.temperature
         for token, bias in params.logit_bias:
             x[token] += bias
         # the rest (min_p, top-k, top-p) as the correct server does it, on these logits
         rest = replace(unbiased, temperature=1.0, repetition_penalty=1.0, presence_penalty=0.0,
                        frequency_penalty=0.0)
-        return rest.probs_after(x)
+        return rest.probs_after(x, (), (), OPENAI)
 
 
 class BiasFirstTokenOnly(FakeServer):
