@@ -48,17 +48,17 @@ def _draft_greedy(draft: str, seq: tuple, k: int) -> tuple:
 
 def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
            produced: int | None = None) -> Expected:
-    """Exact counters of one greedy request with draft model `draft` ("perfect" = target).
+    """Exact counters of one greedy request whose draft is served model `draft` (a method's
+    `drafter.model`; "target": the target drafts for itself).
     `produced`: the request ended after this many tokens (an end-of-sequence id) before
     max_tokens; its rounds are those of a request for max_tokens, up to that end."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r}: choose from {SCHEDULES}")
     if max_tokens < 1:
         return Expected(0, 0, 0)
-    name = "target" if draft == "perfect" else draft
     target = oracle.served_greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
     return replay(target, lambda committed, n: _draft_greedy(
-        name, tuple(prompt) + tuple(target[:committed]), n), max_tokens, k, schedule, produced)
+        draft, tuple(prompt) + tuple(target[:committed]), n), max_tokens, k, schedule, produced)
 
 
 def replay(target, propose, max_tokens: int, k: int, schedule: str = "full",

@@ -76,12 +76,6 @@ def tree_nodes(drafted: int, support: int) -> int:
     return sum(support ** j for j in range(drafted))
 
 
-def _model(draft: str) -> str:
-    if draft == "perfect":
-        return oracle.SERVED_TARGET
-    return draft
-
-
 def _law(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
     """The processed law of each row (one-hot at the argmax at temperature 0)."""
     if sampling.greedy:
@@ -105,7 +99,8 @@ def _next_logits(seqs: list, name: str) -> torch.Tensor:
 def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
                proposals: str) -> list[RoundLaw]:
     """The law of the accepted count of a round of `drafted` proposals after each context
-    (token tuples), for draft model `draft` ("perfect": the target) under `proposals`.
+    (token tuples), for served model `draft` (a method's `drafter.model`; the target drafting
+    for itself is oracle.SERVED_TARGET) under `proposals`.
     The trees of all contexts are walked level by level together (one forward per level and
     context length)."""
     if proposals not in PROPOSALS:
@@ -115,7 +110,7 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
     contexts = [tuple(int(t) for t in c) for c in contexts]
     if any(not c for c in contexts):
         raise ValueError("every context needs at least one token (the prompt)")
-    name = _model(draft)
+    name = draft
     if name == oracle.SERVED_TARGET and proposals == "sampled":
         # q = p at every node: min(p, q) = p, whose level sums are 1 (a law sums to 1)
         return [RoundLaw((1.0,) * drafted) for _ in contexts]

@@ -79,7 +79,17 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("served_acceptance", "served",
            "under sampling the engine's accepted/drafted counts match the exact "
            "expectation sum min(p, q)"),
+    Family("served_trained", "served",
+           "on a trained pair (--models trained, trained-large): greedy output equal to the "
+           "float64 target's and the baseline's, drafted and accepted counts equal to the "
+           "exact replay of each request's rounds"),
 )}
+
+# the families a served engine is judged by on the kit's own models, and on a trained pair
+# (whose 2,048-token laws the kit does not enumerate: greedy and counters only)
+SERVED = tuple(name for name, f in FAMILIES.items()
+               if f.level == "served" and name != "served_trained")
+SERVED_TRAINED = ("served_trained",)
 
 LEVEL_ORDER = ("rule", "engine", "batched", "tree", "served")
 

@@ -111,54 +111,28 @@ def send(impl, requests, client=None):
 
 
 def replayed(impl, requests, answers) -> Seen:
-    """For a lookup drafter the kit replays whether a lookup matches at the judged positions;
-    for a draft model that always proposes, every request of 2 or more tokens is speculated.
-    Anything else is not observable."""
+    """What the kit knows, without the engine's word, of what its drafter proposed at the judged
+    positions (the method's drafter says: a draft model proposes in every round, a lookup where
+    its context repeats); otherwise nothing is observable."""
+    drafter = impl.method.drafter
     done = [(r, c) for r, a in zip(requests, answers) for c in a]
-    if impl.draft in ("perfect", "draft-early-exit", "draft-random"):
-        return Seen(len(done), None, None,
-                    sum(1 for r, c in done if len(c.tokens) >= 2),
-                    "a draft model proposes in every round")
-    if impl.draft == "ngram":
-        hit = sum(1 for r, c in done if any(lookup_proposes(tuple(r.prompt) + tuple(c.tokens[:i]))
-                                            for i in range(1, len(c.tokens))))
-        return Seen(len(done), None, None, hit, "the kit's replay of prompt lookup")
-    return Seen(len(done), None, None, None, "")
+    hits = [drafter.proposes(r.prompt, c.tokens) for r, c in done]
+    if any(h is None for h in hits):
+        return Seen(len(done), None, None, None, "")
+    how = ("a draft model proposes in every round" if drafter.replays
+           else f"the kit's replay of its drafter ({drafter.describe()})")
+    return Seen(len(done), None, None, sum(hits), how)
 
 
 def for_drafter(impl, case, lengthen: bool = True):
-    """The case as the server's drafter can speculate it. A lookup drafter (n-gram, prompt
-    lookup) proposes only where the context's last tokens occurred before, so a law judged on
-    an arbitrary prompt may see no proposal at all. For such a drafter the prompt is prefixed
-    with COVER, which holds every token of the vocabulary after its first position (llama.cpp
-    never matches at position 0), so that whatever token is sampled a lookup of one token
-    matches and proposes what followed it: every judged position after the first is
-    speculated, and proposals are both accepted and rejected. Draft models propose anyway.
-    (An engine whose drafts are capped to the tokens still wanted gets 3 tokens for 2.)"""
+    """The case as the server's drafter can speculate it (the drafter's `cover`: a lookup sees
+    a prompt where every token repeats; draft models propose anyway). (An engine whose drafts
+    are capped to the tokens still wanted gets 3 tokens for 2.)"""
     if lengthen and impl.schedule == "capped" and case.max_tokens == 2:
         # an engine that caps its drafts to the tokens still wanted drafts nothing after the
         # prefill's token when one token remains: judge three, so that the second is drafted
         case = case.replace(max_tokens=3)
-    if impl.draft != "ngram" or set(case.prompt) >= set(COVER):
-        return case
-    return case.replace(prompt=COVER + tuple(case.prompt))
+    return impl.method.drafter.cover(case)
 
 
-# every token of the served models' 32-token vocabulary, in a fixed order that no two-token
-# pattern repeats in, after a first token that lookups skip
-COVER = (0,) + tuple((7 * i + 3) % 32 for i in range(32))
-
-
-def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
-    """Whether prompt lookup proposes after `context`: some suffix of `min_n` .. `max_n`
-    tokens occurs earlier in it with a token after the occurrence (the proposal)."""
-    ctx = tuple(context)
-    for n in range(min(max_n, len(ctx) - 1), min_n - 1, -1):
-        tail = ctx[-n:]
-        if any(ctx[i:i + n] == tail for i in range(len(ctx) - n)):
-            return True
-    return False
-
-
-__all__ = ["COVER", "Seen", "begin", "for_drafter", "record", "send", "tally",
-           "lookup_proposes"]
+__all__ = ["Seen", "begin", "for_drafter", "record", "send", "tally"]

@@ -48,9 +48,10 @@ FILTERED = ServedCase((3, 9, 27, 3, 9, 27), 2, sampling=SamplingParams(temperatu
 
 @pytest.fixture(scope="module")
 def counting(served):
-    if served.draft not in checks.DRAFTS:
+    if not served.method.drafter.replays:
         pytest.skip(f"cannot judge: the kit computes the acceptance of draft models only (the "
-                    f"server's draft: {served.draft}; pass --served-draft=NAME)")
+                    f"server's method {served.method.name} drafts with "
+                    f"{served.method.drafter.describe()}; pass --served-draft=NAME)")
     reason = counters_missing(served)
     if reason:
         pytest.skip(reason)

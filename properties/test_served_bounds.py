@@ -54,9 +54,10 @@ def test_sampled_stops_length_and_support(served, case):
 
 @pytest.fixture(scope="module")
 def counting(served):
-    if served.draft not in checks.REPLAYED_DRAFTS:
+    if not served.method.drafter.replays:
         pytest.skip(f"cannot judge: the kit replays the acceptance of draft models only (the "
-                    f"server's draft: {served.draft}; pass --served-draft=NAME)")
+                    f"server's method {served.method.name} drafts with "
+                    f"{served.method.drafter.describe()}; pass --served-draft=NAME)")
     reason = counters_missing(served)
     if reason:
         pytest.skip(reason)

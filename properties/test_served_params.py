@@ -69,7 +69,7 @@ def judged(served, case, cover: bool = True):
     judged where nothing was drafted says nothing about speculation; a frequency penalty still
     counts a spurious token twice."""
     moved = speculation.for_drafter(served, case)
-    return moved if cover or served.draft == "ngram" else case.replace(
+    return moved if cover or served.method.drafter.lookup else case.replace(
         max_tokens=moved.max_tokens)
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.family("served_perfect_draft")
 
 @pytest.fixture(scope="module")
 def perfect(served):
-    if served.draft != "perfect":
+    if not served.method.drafter.perfect:
         pytest.skip("not applicable: the server's draft is not declared to be the target "
                     "(start it with the target as its draft and pass --served-draft=perfect)")
     reason = counters_missing(served)

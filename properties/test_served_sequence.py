@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given
 
 from properties import profiles
-from properties import speculation
+from properties import methods, speculation
 from properties.checks import served as checks
 from properties.cases import ServedCase
 from properties.strategies import served_sampling_cases as sampling_cases
@@ -34,7 +34,7 @@ FILTERED = ServedCase((5, 6, 5, 6, 5), 2,
                       sampling=SamplingParams(temperature=1.3, top_k=5, top_p=0.9, seed=12))
 # Later positions, where multi-token acceptance matters: the law of tokens 1-3 after the
 # prefill's token 0, with a nucleus that keeps the law small enough to sample (~1000 samples).
-LATER = ServedCase(speculation.COVER + (3, 10, 17), 4,
+LATER = ServedCase(methods.COVER + (3, 10, 17), 4,
                    sampling=SamplingParams(temperature=1.0, top_p=0.95, seed=13))
 
 

@@ -22,6 +22,7 @@ import pytest
 from properties import engines
 from properties.adapters.client import Client, HttpError, Request
 from properties.engines import Engine, Method, inprocess, python_api
+from properties.methods import PERFECT
 from properties.serve import deaths
 from properties.serve.server import Server
 from reference.sampling import SamplingParams
@@ -109,7 +110,7 @@ BEHAVIOUR = {"perfect-draft": None, "raise-on-top-k": "raise", "crash-on-top-k":
 ENGINE = Engine(
     name="python-api-test", title="a session driven through a Python API (test)",
     setup="nothing", validated=("test",),
-    methods={name: Method(name, f"the target drafts for itself ({name})", "perfect", K)
+    methods={name: Method(name, f"the target drafts for itself ({name})", PERFECT, K)
              for name in BEHAVIOUR},
     dialect=python_api.InProcess(), find=lambda: None, version=lambda env: "test",
     command=command, start_timeout=60.0, schedule="full", recipe=False, concurrency=1)

@@ -24,6 +24,7 @@ from properties import engines
 from properties.adapters.dialects import Dialect
 from properties.adapters.protocol import Completion
 from properties.engines import Command, Engine, Method
+from properties.methods import PERFECT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +73,7 @@ def command(env, export_dir, method, port) -> Command:
 ENGINE = Engine(
     name="per-response", title="a fake engine counting per response (test)",
     setup="nothing", validated=("test",),
-    methods={"perfect-draft": Method("perfect-draft", "the target drafts for itself", "perfect")},
+    methods={"perfect-draft": Method("perfect-draft", "the target drafts for itself", PERFECT)},
     dialect=PerResponseDialect(stop_in_ids=True, stop_in_text=True, honours_n=True),
     find=lambda: None, version=lambda env: "test", command=command, start_timeout=60.0,
     schedule="full", recipe=False)

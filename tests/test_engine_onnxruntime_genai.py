@@ -109,7 +109,7 @@ def test_the_prompt_schedule_is_the_one_the_engine_was_measured_with():
     proposed = (1, 2, 3, 4, 4, 5, 6, 7, 8, 8, 9, 10, 11)
     rounds = (1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3)
     for n in range(1, 14):
-        e = acceptance.greedy((3, 9, 27, 3, 9, 27), n, "perfect", 4, "prompt")
+        e = acceptance.greedy((3, 9, 27, 3, 9, 27), n, "target", 4, "prompt")
         assert (e.drafted, e.accepted, e.drafts) == (proposed[n - 1], proposed[n - 1],
                                                      rounds[n - 1]), n
 

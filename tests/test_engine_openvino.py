@@ -29,7 +29,7 @@ from reference.sampling import SamplingParams
 RECORDED = Path(__file__).with_name("recorded") / "openvino" / "openvino.json"
 ENGINE = engines.get("openvino")
 SPECULATING = ("draft-early-exit", "perfect-draft")
-DRAFTS = {"draft-early-exit": "draft-early-exit", "perfect-draft": "perfect"}
+DRAFTS = {"draft-early-exit": "draft-early-exit", "perfect-draft": "target"}
 
 
 def load():

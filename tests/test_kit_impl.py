@@ -1,5 +1,5 @@
 """The kit's front door: --impl resolution, signature checks, one clear error for a bad
-implementation, the header, the conformance summary (also under xdist), --xfails-file, and
+implementation, the header, the conformance summary (also under xdist), --known-failures, and
 failure messages that reproduce."""
 
 from __future__ import annotations
@@ -144,23 +144,35 @@ def test_summary_under_xdist(tmp_path):
     assert not data["conformant"]
 
 
-def test_xfails_file_marks_known_failures_and_warns_on_stale_ids(tmp_path):
+def test_known_failures_match_test_and_cause_and_warn_on_stale_ids(tmp_path):
     known = tmp_path / "known.txt"
     known.write_text("# InvertedRatio's known failure\n"
-                     "properties/test_rule.py::test_chapter_worked_example   # the rule\n\n"
-                     "properties/test_rule.py::test_that_does_not_exist\n")
+                     "* | * | properties/test_rule.py::test_chapter_worked_example | committed "
+                     "token is distributed as p | tests/mutants/catalogue.py | a run of it\n\n"
+                     "* | * | properties/test_rule.py::test_that_does_not_exist | x+y | x.py | run\n")
     out = tmp_path / "summary.json"
     proc = kit("properties/test_rule.py::test_chapter_worked_example",
-               "--impl=tests/mutants/catalogue.py:InvertedRatio", f"--xfails-file={known}",
+               "--impl=tests/mutants/catalogue.py:InvertedRatio", f"--known-failures={known}",
                f"--conformance-json={out}", "-W", "default")
     assert proc.returncode == 0, proc.stdout
     data = json.loads(out.read_text())
     assert data["families"]["rule"]["xfailed"] == 1 and data["families"]["rule"]["failed"] == 0
+    # known failures never make a run conformant
+    assert data["verdict"] == "NOT CONFORMANT" and "all failures known: 1" in data["verdict_text"]
     assert "test_that_does_not_exist" in proc.stdout and "matches no test" in proc.stdout
+    # the same test failing with another cause is a new failure
+    known.write_text("* | * | properties/test_rule.py::test_chapter_worked_example | another "
+                     "defect's signature | x.py | run\n")
+    proc = kit("properties/test_rule.py::test_chapter_worked_example",
+               "--impl=tests/mutants/catalogue.py:InvertedRatio", f"--known-failures={known}",
+               f"--conformance-json={out}")
+    data = json.loads(out.read_text())
+    assert proc.returncode == 1 and data["families"]["rule"]["failed"] == 1
+    assert "1 failure(s) not known" in data["verdict_text"]
 
 
-def test_missing_xfails_file_is_a_usage_error(tmp_path):
-    proc = kit("properties/test_rule.py", f"--xfails-file={tmp_path / 'nope.txt'}")
+def test_missing_known_failures_file_is_a_usage_error(tmp_path):
+    proc = kit("properties/test_rule.py", f"--known-failures={tmp_path / 'nope.txt'}")
     assert proc.returncode == 4 and "no such file" in proc.stderr
 
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from properties import engines
+from properties import engines, methods
 from properties.harness import PropertyFailure
 from properties.checks import served as checks
 from properties.cases import ServedCase
@@ -21,13 +21,10 @@ GREEDY = ServedCase((3, 9, 27, 3, 9, 27), 8)
 SAMPLED = ServedCase((1, 2), 2, sampling=SamplingParams(temperature=0.8, seed=1))
 
 
-def served(fake, **client):
+def served(fake, draft="unknown", **client):
     """The served Impl as a user's run gets it without --served-engine (a probing dialect)."""
-    impl = make_impl("openai:" + fake.url)
-    impl.client.dialect = engines.unknown_dialect()
-    for name, value in client.items():
-        setattr(impl.client, name, value)
-    return impl
+    return make_impl("openai:" + fake.url, dialect=engines.unknown_dialect(),
+                     method=methods.by_option(draft), **client)
 
 
 def test_openai_prefix_loads_a_served_impl_and_rejects_a_bad_url():
@@ -168,12 +165,9 @@ def test_counter_failures_name_their_direction():
     # the fake serves the target's greedy output; with the perfect draft its counts are the
     # replay's, with partial_accept it reports 3 of 4 accepted: "as many drafted, fewer accepted"
     with FakeServer() as fake:
-        impl = served(fake)
-        impl.draft = "perfect"
-        checks.check_counters(impl, GREEDY)
+        checks.check_counters(served(fake, "perfect"), GREEDY)
     with FakeServer("partial_accept") as fake:
-        impl = served(fake)
-        impl.draft = "perfect"
+        impl = served(fake, "perfect")
         with pytest.raises(PropertyFailure,
                            match="as many drafted and fewer accepted than the exact replay"):
             checks.check_counters(impl, GREEDY)

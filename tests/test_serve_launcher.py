@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
+from properties import known, verdict
 from properties.serve import deaths, run
+from properties.session import Session
 from properties.adapters.client import Client, Request
 from properties.serve.deaths import ServerDied, Watchdog, signature
 from tests.fakes import engine as fake
@@ -116,14 +119,75 @@ def test_a_time_limit_stops_the_run_incomplete_never_conformant(tmp_path):
     assert run.run("fake", "perfect-draft", time_limit=0, say=lambda text: None).exit == 3
 
 
+def _session(outcomes, known=(), known_source=None, launched=True, drafted=10,
+             stopped=None):
+    """A finished run's session: outcomes {nodeid: (outcome, cause)} of served_sequence."""
+    launch = types.SimpleNamespace(speculation={"drafted": drafted}) if launched else None
+    run = Session(types.SimpleNamespace(spec="openai:x", description="", levels=("served",),
+                                        missing={}, hints={}, model_kinds=(),
+                                        has=lambda level: level == "served"),
+                  known=list(known), known_source=known_source, launch=launch, time_limit=900)
+    for nodeid, (outcome, cause) in outcomes.items():
+        run.planned[nodeid] = "served_sequence"
+        run.outcomes[nodeid] = ("served_sequence", outcome, "")
+        run.causes[nodeid] = cause
+        if outcome == "xfailed":
+            run.known_matched[nodeid] = "findings/x.py"
+    run.planned["properties/t.py::test_unreached"] = "served_sequence"
+    if stopped is None:
+        del run.planned["properties/t.py::test_unreached"]
+    run.stopped_by_limit = stopped
+    return run
+
+
 def test_a_run_stopped_by_its_limit_never_exits_0():
     """Known failures alone exit 0, but not when tests were left unreached; new ones exit 1."""
-    known_only = run.Outcome("NOT CONFORMANT", "NOT CONFORMANT (all failures known: 2, ...)", 0)
-    stopped = run.limited(known_only, 900, 20, 26)
-    assert stopped.exit == 2 and stopped.text.endswith("(stopped by its time limit of 900 s: 20 "
-                                                       "of 26 tests reached)")
-    assert run.limited(run.Outcome("NOT CONFORMANT", "NOT CONFORMANT: 1 failure(s) not known", 1),
-                       900, 20, 26).exit == 1
+    stop = "the run's time limit (900 s) was reached after x"
+    known_only = _session({"properties/t.py::test_a": ("xfailed", "died (top_k)")},
+                          known_source="known.txt", stopped=stop)
+    stopped = verdict.summary(known_only, 0)
+    assert stopped["exit"] == 2 and stopped["verdict_text"].endswith(
+        "(stopped by its time limit of 900 s: 1 of 2 tests reached)")
+    new = _session({"properties/t.py::test_a": ("failed", "a law mismatch")}, stopped=stop)
+    assert verdict.summary(new, 0)["exit"] == 1
+
+
+def test_known_failures_never_make_a_run_conformant(tmp_path):
+    known_file = tmp_path / "known.txt"
+    known_file.write_text("# version | method | test | cause | script | confirmed\n"
+                          "1.0 | m | properties/t.py::test_a | died.*top_k | findings/x.py | "
+                          "run of 2026-12-03\n"
+                          "2.0 | m | properties/t.py::test_b | Expected reduction | findings/y.py | run\n")
+    entries = known.read(known_file, "1.0", "m")
+    assert [k.test for k in entries] == ["properties/t.py::test_a"]
+    assert known.match(entries, "properties/t.py::test_a[x]", "the server died (top_k)")
+    assert known.match(entries, "properties/t.py::test_a", "a law mismatch") is None
+    only_known = verdict.summary(_session(
+        {"properties/t.py::test_a[x]": ("xfailed", "the server died (top_k)")}, entries,
+        str(known_file)), 0)
+    assert only_known["verdict"] == "NOT CONFORMANT"
+    assert "all failures known" in only_known["verdict_text"] and only_known["exit"] == 0
+    new = verdict.summary(_session({"properties/t.py::test_a": ("failed", "a law mismatch")},
+                                   entries, str(known_file)), 0)
+    assert new["exit"] == 1 and "1 failure(s) not known" in new["verdict_text"]
+    assert new["families"]["served_sequence"]["causes"] == {
+        "properties/t.py::test_a": "a law mismatch"}
+    assert verdict.summary(_session({}, drafted=0), 0)["verdict"] == "NOT SHOWN"
+    assert verdict.summary(_session({"properties/t.py::test_c": ("passed", "")}),
+                           0)["verdict"] == "CONFORMANT"
+    with pytest.raises(ValueError, match="expected 'VERSION"):
+        bad = tmp_path / "bad.txt"
+        bad.write_text("1.0 | m\n")
+        known.read(bad, "1.0", "m")
+    # a cause in the kit's own words would count any new defect of that kind as this one
+    for generic in ("speculation changes the law", "ignores `seed`", "has probability 0",
+                    r"server died at a request \(RuntimeError"):
+        bad.write_text(f"1.0 | m | properties/t.py::test_a | {generic} | x.py | run\n")
+        with pytest.raises(ValueError, match="generic wording"):
+            known.read(bad, "1.0", "m")
+    bad.write_text("1.0 | m | properties/t.py::test_a | Expected reduction | x.py | \n")
+    with pytest.raises(ValueError, match="expected 'VERSION|confirmed"):
+        known.read(bad, "1.0", "m")
 
 
 def test_the_run_finds_the_death_restarts_and_goes_on(tmp_path):
@@ -144,52 +208,6 @@ def test_the_run_of_a_correct_fake_is_conformant(tmp_path):
     done, record = kit_run(tmp_path, "perfect-draft", "served_bounds,served_perfect_draft")
     assert (record["verdict"], done.returncode) == ("CONFORMANT", 0), done.stdout[-3000:]
     assert record["speculation"]["drafted"] > 0
-
-
-def _summary(failures):
-    entry = {"failures": list(failures), "causes": dict(failures), "passed": 1, "failed":
-             len(failures), "not_applicable": 0, "xfailed": 0, "reasons": []}
-    return {"families": {"served_sequence": entry},
-            "verdict": "NOT CONFORMANT" if failures else "CONFORMANT",
-            "verdict_text": "NOT CONFORMANT" if failures else "CONFORMANT"}
-
-
-def test_known_failures_never_make_a_run_conformant(tmp_path):
-    known_file = tmp_path / "known.txt"
-    known_file.write_text("# version | method | test | cause | script | confirmed\n"
-                          "1.0 | m | properties/t.py::test_a | died.*top_k | findings/x.py | "
-                          "run of 2026-12-03\n"
-                          "2.0 | m | properties/t.py::test_b | Expected reduction | findings/y.py | run\n")
-    known = run.read_known(known_file, "1.0", "m")
-    assert [k.test for k in known] == ["properties/t.py::test_a"]
-    spec = {"drafted": 10}
-    only_known = _summary({"properties/t.py::test_a[x]": "the server died (top_k)"})
-    outcome = run.judge(only_known, known, True, spec)
-    assert outcome.verdict == "NOT CONFORMANT" and "all failures known" in outcome.text
-    assert outcome.exit == 0 and outcome.known == {"properties/t.py::test_a[x]": "findings/x.py"}
-    assert run.judge(only_known, known, False, spec).exit == 1
-    other_cause = _summary({"properties/t.py::test_a": "a law mismatch"})
-    new = run.judge(other_cause, known, True, spec)
-    assert new.exit == 1   # a new failure, named with its cause for the log's tail
-    assert new.new == [("properties/t.py::test_a", "a law mismatch")]
-    said = []
-    run._print_outcome({"engine": "e", "method": "m"}, new, said.append)
-    assert "not known: properties/t.py::test_a: a law mismatch" in said
-    assert run.judge(_summary({}), known, True, {"drafted": 0}).verdict == "NOT SHOWN"
-    assert run.judge(_summary({}), known, True, spec).verdict == "CONFORMANT"
-    with pytest.raises(ValueError, match="expected 'VERSION"):
-        bad = tmp_path / "bad.txt"
-        bad.write_text("1.0 | m\n")
-        run.read_known(bad, "1.0", "m")
-    # a cause in the kit's own words would count any new defect of that kind as this one
-    for generic in ("speculation changes the law", "ignores `seed`", "has probability 0",
-                    r"server died at a request \(RuntimeError"):
-        bad.write_text(f"1.0 | m | properties/t.py::test_a | {generic} | x.py | run\n")
-        with pytest.raises(ValueError, match="generic wording"):
-            run.read_known(bad, "1.0", "m")
-    bad.write_text("1.0 | m | properties/t.py::test_a | Expected reduction | x.py | \n")
-    with pytest.raises(ValueError, match="expected 'VERSION|confirmed"):
-        run.read_known(bad, "1.0", "m")
 
 
 def test_missing_engine_and_unknown_method_are_clear():

@@ -68,13 +68,12 @@ def test_trained_run_on_the_fake_engine_is_conformant_with_exact_acceptance(mode
     text = "\n".join(lines)
     assert "acceptance (engine counters)" in text and "tokens per target call" in text
     assert f"{models} pair: {trained.PROMPTS} greedy requests" in text
-    assert f"on the {models} pair)" in outcome.text
+    assert record["summary"]["served_trained"]["passed"] == 1
 
 
 def test_a_wrong_token_fails_the_greedy_check_at_its_position():
     result = _check("wrong_token")
     assert any("greedy: position 3" in f for f in result["failures"]), result["failures"]
-    assert trained.verdict(result)[0] == "NOT CONFORMANT"
 
 
 def test_wrong_counts_fail_the_acceptance_check_naming_both_numbers():
@@ -86,12 +85,11 @@ def test_wrong_counts_fail_the_acceptance_check_naming_both_numbers():
         assert request["engine_accepted"] == request["exact_accepted"] * 3 // 4
         assert f"{request['engine_accepted']:g} accepted" in failure
         assert f"{request['exact_accepted']} accepted" in failure
-    assert trained.verdict(result)[0] == "NOT CONFORMANT"
 
 
 def test_the_correct_fake_passes_the_same_check():
     result = _check(None, draft="draft-small")
-    assert not result["failures"] and trained.verdict(result)[0] == "CONFORMANT"
+    assert not result["failures"] and result["engine_drafted"] > 0
 
 
 def test_replay_target_calls_count_prefill_rounds_and_plain_steps():

@@ -22,7 +22,6 @@ from properties import engines
 from properties.checks import served as checks
 from properties.export import kit as export
 from properties.cases import ServedCase
-from properties.adapters.client import Client
 from properties.adapters.served import LOGIT_TOLERANCE, make_impl
 from properties.serve.launch import LaunchError, TransformersServer
 
@@ -43,14 +42,16 @@ def server(tmp_path_factory):
 
 
 def test_server_serves_the_target_with_and_without_lookup(server):
-    impl = make_impl("openai:" + server.url)
-    impl.client.dialect = engines.unknown_dialect()     # as a run without --served-engine
-    checks.check_identity(impl.client, LOGIT_TOLERANCE)
-    assert impl.client.dialect.name == "transformers"   # text prompts, generation_config
+    # as a run without --served-engine: the probing dialect finds transformers' request shape
+    probing = make_impl("openai:" + server.url, dialect=engines.unknown_dialect())
+    checks.check_identity(probing.client, LOGIT_TOLERANCE)
+    assert probing.client.dialect.name == "transformers"   # text prompts, generation_config
     engine = engines.get("transformers")
-    impl.client.dialect = engine.dialect_for(engine.method("prompt-lookup"))
+    lookup = engine.method("prompt-lookup")
+    impl = make_impl("openai:" + server.url, dialect=engine.dialect_for(lookup),
+                     baseline=server.url, baseline_dialect=engine.dialect_for(None),
+                     engine=engine, method=lookup)
     assert impl.client.dialect.generation_config == LOOKUP
-    impl.baseline = Client(server.url, dialect=engine.dialect_for(None))
     checks.check_greedy(impl, ServedCase((3, 9, 27, 3, 9, 27, 3, 9), 16))
 
 

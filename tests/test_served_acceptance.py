@@ -14,7 +14,7 @@ import torch
 from scipy import stats
 
 from properties import acceptance_sampled as exact
-from properties import oracle
+from properties import methods, oracle
 from properties.adapters.served import make_impl
 from properties.cases import ServedCase
 from properties.checks import served_acceptance as checks
@@ -31,10 +31,8 @@ UNFILTERED = ServedCase(PROMPT, 2, SamplingParams(temperature=1.0, seed=5))
 
 def speculating(fake, draft="draft-early-exit", proposals=None, schedule="full", dialect=None):
     """The served Impl of a fake server as a run with --served-engine gets it."""
-    impl = make_impl("openai:" + fake.url)
-    impl.client.dialect = dialect or mutants.counting(proposals)
-    impl.draft, impl.k, impl.schedule = draft, fake.k if hasattr(fake, "k") else 4, schedule
-    return impl
+    return make_impl("openai:" + fake.url, dialect=dialect or mutants.counting(proposals),
+                     method=methods.by_option(draft, getattr(fake, "k", 4)), schedule=schedule)
 
 
 # ----------------------------------------------------------------------- correct servers pass
@@ -145,7 +143,7 @@ def test_round_law_equals_brute_force_enumeration():
 
 
 def test_perfect_sampled_draft_accepts_everything_and_laws_are_consistent():
-    law, = exact.round_laws([PROMPT], 4, "perfect", SamplingParams(temperature=0.8), "sampled")
+    law, = exact.round_laws([PROMPT], 4, "target", SamplingParams(temperature=0.8), "sampled")
     assert law.reach == (1.0,) * 4 and law.var == 0 and law.mean == 4
     other = exact.RoundLaw((0.7, 0.4, 0.1))
     a = np.arange(4)
@@ -176,7 +174,7 @@ def test_design_narrows_top_k_only_for_a_large_sampled_tree():
     assert checks.design(UNFILTERED, "full", 4, ("greedy",)).sampling.top_k == 0
     narrowed = checks.design(UNFILTERED, "full", 4, ("sampled", "greedy")).sampling.top_k
     assert exact.tree_nodes(4, narrowed) <= checks.MAX_TREE < exact.tree_nodes(4, narrowed + 1)
-    assert checks.design(UNFILTERED, "full", 4, exact.PROPOSALS, "perfect").sampling.top_k == 0
+    assert checks.design(UNFILTERED, "full", 4, exact.PROPOSALS, perfect=True).sampling.top_k == 0
     assert checks.design(UNFILTERED, "capped", 4, exact.PROPOSALS).max_tokens == 3
 
 

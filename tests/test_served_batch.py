@@ -44,10 +44,8 @@ DELTA = 0.25
 
 def served(fake, baseline=None):
     """The served Impl as a run without --served-engine gets it (a probing dialect)."""
-    impl = make_impl("openai:" + fake.url)
-    impl.client.dialect = engines.unknown_dialect()
-    impl.baseline = Client(baseline.url) if baseline is not None else None
-    return impl
+    return make_impl("openai:" + fake.url, dialect=engines.unknown_dialect(),
+                     baseline=baseline.url if baseline is not None else None)
 
 
 def run(check, impl):

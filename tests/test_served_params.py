@@ -10,11 +10,12 @@ import math
 import pytest
 import torch
 
-from properties import formulas, oracle
+from properties import engines, formulas, methods, oracle
+from properties.adapters.served import make_impl
 from properties.engines import llamacpp as llamacpp_engine
 from properties.engines import transformers as transformers_engine
 from properties.engines import vllm as vllm_engine
-from properties.adapters.client import Client, Request
+from properties.adapters.client import Request
 from properties.adapters.dialects import OPENAI as OPENAI_DIALECT, openai_logprobs
 from properties.cases import ServedCase
 from properties.checks import served_params as checks
@@ -25,7 +26,6 @@ from reference.sampling import SamplingParams
 from tests.fakes.engine import FAKE
 from tests.fakes.server import FakeServer
 from tests.mutants import served_params as mutants
-from tests.test_serve_faults import served
 
 LOGITS = torch.tensor([2.0, -1.0, 0.5, 0.0], dtype=torch.float64)
 SHAPED = SamplingParams(repetition_penalty=2.0, presence_penalty=0.5, frequency_penalty=0.25,
@@ -228,12 +228,9 @@ EVERY = [(checks.check_greedy, GREEDY_REP), (checks.check_greedy, GREEDY_BIAS),
 def _impl(server, base, dialect=FAKE):
     """The fake as the `fake` engine (its dialect: the OpenAI formula, its counters); it
     drafts with the target ("perfect"), so every request of 2 or more tokens was speculated."""
-    impl = served(server)
-    if dialect is not None:
-        impl.client.dialect = dialect
-    impl.baseline = Client(base.url) if base is not None else None
-    impl.draft = "perfect"
-    return impl
+    return make_impl("openai:" + server.url, dialect=dialect or engines.unknown_dialect(),
+                     baseline=base.url if base is not None else None,
+                     method=methods.by_option("perfect"))
 
 
 def test_correct_fake_passes_every_check():

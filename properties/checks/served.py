@@ -24,6 +24,7 @@ from properties import statistics
 from properties.harness import fail, law_mismatch
 from properties import evidence
 from properties import acceptance
+from properties import methods
 from properties import oracle
 from properties import speculation
 from properties.cases import ServedCase
@@ -405,7 +406,6 @@ def check_bounds(impl, case: ServedCase):
 # --------------------------------------------------------------------------- counters
 
 CHECK_COUNTERS = f"{_MODULE}:check_counters"
-REPLAYED_DRAFTS = ("perfect", "draft-early-exit", "draft-random")
 
 
 def engine_counts(impl, request: Request):
@@ -422,13 +422,15 @@ def engine_counts(impl, request: Request):
 
 def _replay(case, completion, impl, schedule, draft=None):
     """The exact counters of the request, summed over its pieces when the client assembled the
-    completion from several requests (each piece a request of its own from the prefix)."""
+    completion from several requests (each piece a request of its own from the prefix); `draft`:
+    the served model that drafts (default: the method's drafter's)."""
     pieces = completion.pieces or (case.max_tokens,)
     drafts = drafted = accepted = 0
     done = 0
     for length in pieces:
         e = acceptance.greedy(tuple(case.prompt) + tuple(completion.tokens[:done]),
-                              case.max_tokens - done, draft or impl.draft, impl.k, schedule,
+                              case.max_tokens - done, draft or impl.method.drafter.model, impl.k,
+                              schedule,
                               produced=length)
         drafts, drafted, accepted = drafts + e.drafts, drafted + e.drafted, accepted + e.accepted
         done += length
@@ -462,7 +464,7 @@ def check_counters(impl, case: ServedCase):
     fail(impl, prop, CHECK_COUNTERS, case,
          f"the engine reports {drafted:g} drafted and {accepted:g} accepted tokens for this "
          f"request, {counts_pattern(drafted, accepted, expected.values())}; the exact replay of "
-         f"its draft ({impl.draft}, k={impl.k}) gives {shown}\n"
+         f"its draft ({impl.method.drafter.describe()}, k={impl.k}) gives {shown}\n"
          f"served: {list(completion.tokens)}")
 
 
@@ -505,7 +507,7 @@ def check_perfect_draft(impl, case: ServedCase):
         drafted, accepted, completion = engine_counts(impl, _request(case))
     except ServedError as exc:
         fail(impl, prop, CHECK_PERFECT_DRAFT, case, f"cannot read the acceptance counters: {exc}")
-    expected = _expected_counts(case, completion, impl, "perfect")
+    expected = _expected_counts(case, completion, impl, methods.PERFECT.model)
     # a short request may leave no room to draft (the "capped" schedule at max_tokens 2)
     if drafted <= 0 and all(e.drafted > 0 for e in expected.values()):
         fail(impl, prop, CHECK_PERFECT_DRAFT, case,

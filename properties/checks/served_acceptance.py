@@ -84,7 +84,6 @@ from properties.adapters.protocol import Request, ServedError
 
 CHECK = "properties.checks.served_acceptance:check_sampled_acceptance"
 PROP = "served_acceptance: the engine's accepted counts under sampling equal the exact expectation"
-DRAFTS = ("perfect", "draft-early-exit", "draft-random")   # the kit has these models
 DELTA_ACCEPTANCE = 0.05    # design deviation: acceptance rate per drafted token, absolute
 MIN_SAMPLES = 200          # completions at least (the power's normal approximation needs many)
 # max_tokens that make each completion one drafting round: after the prefill token, a full
@@ -143,8 +142,9 @@ def rounds_of(prompt, completion, max_tokens: int, schedule: str, k: int) -> lis
 
 
 def conventions(impl) -> tuple:
-    """The proposal convention the engine's dialect declares, else both (either may fit)."""
-    declared = getattr(impl.client.dialect, "draft_proposals", None)
+    """The proposal convention the method fixes or the engine's dialect declares, else both
+    (either may fit)."""
+    declared = impl.method.proposals or getattr(impl.client.dialect, "draft_proposals", None)
     if declared is not None and declared not in exact.PROPOSALS:
         raise ValueError(f"{impl.client.dialect.name} dialect: draft_proposals={declared!r}, "
                          f"choose from {exact.PROPOSALS}")
@@ -152,7 +152,7 @@ def conventions(impl) -> tuple:
 
 
 def design(case: ServedCase, schedule: str, k: int, proposals: tuple,
-           draft: str | None = None) -> ServedCase:
+           perfect: bool = False) -> ServedCase:
     """The case as the check sends it: max_tokens of the one-round design, no stop ids, and
     top-k narrowed where the sampled convention's tree would pass MAX_TREE nodes (a perfect
     draft's sampled tree is never walked: every level weighs 1)."""
@@ -161,7 +161,7 @@ def design(case: ServedCase, schedule: str, k: int, proposals: tuple,
                          f"counters are check_counters' (served_bounds)")
     out = case.replace(max_tokens=DESIGN[schedule], stop_ids=())
     n = drafts_per_round(schedule, k, DESIGN[schedule])
-    if "sampled" in proposals and draft != "perfect":
+    if "sampled" in proposals and not perfect:
         support = out.sampling.top_k or VOCAB
         while support > 1 and exact.tree_nodes(n, support) > MAX_TREE:
             support -= 1
@@ -185,7 +185,8 @@ def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, 
     contexts = [tuple(case.prompt) + ((t,) if t is not None else ()) for t in law]
     worst_v = 0.0
     for convention in proposals:
-        laws = exact.cached_round_laws(contexts, n, impl.draft, case.sampling, convention)
+        laws = exact.cached_round_laws(contexts, n, impl.method.drafter.model, case.sampling,
+                                       convention)
         worst_v = max(worst_v, sum(p * r.var for p, r in zip(law.values(), laws)))
     need = exact.samples_needed(worst_v, DELTA_ACCEPTANCE * n, statistics.ALPHA / 2,
                                 statistics.POWER) if n else MIN_SAMPLES
@@ -234,7 +235,7 @@ def _counters(impl, case):
 def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     proposals = conventions(impl)
     schedule = impl.schedule or _probe_schedule(impl, case)
-    case = design(case, schedule, impl.k, proposals, impl.draft)
+    case = design(case, schedule, impl.k, proposals, impl.method.drafter.perfect)
     N, v, n = plan(impl, case, schedule, proposals)
     power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)
     the_plan = statistics.Plan(n=N, df=1, delta=DELTA_ACCEPTANCE, power=power,
@@ -263,7 +264,7 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     rounds = [rounds_of(case.prompt, c, case.max_tokens, schedule, impl.k) for c in done]
     drafted = sum(m for r in rounds for _, m in r)
     where = (f"{len(done)} completions of max_tokens {case.max_tokens}, {schedule} schedule, "
-             f"k={impl.k}, draft {impl.draft}")
+             f"k={impl.k}, {impl.method.drafter.describe()}")
     if seen.drafted != drafted:
         fail(impl, PROP, CHECK, case,
              f"the engine reports {seen.drafted:g} drafted tokens, "
@@ -305,7 +306,8 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
         for m in set(sizes):
             idx = [i for i, s in enumerate(sizes) if s == m]
             for i, law in zip(idx, exact.cached_round_laws([contexts[i] for i in idx], m,
-                                                           impl.draft, case.sampling,
+                                                           impl.method.drafter.model,
+                                                           case.sampling,
                                                            convention)):
                 laws[i] = law
         ok, text, p_total, mean = _judge(laws, seen.accepted, by_position, drafted)
@@ -324,7 +326,7 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
                           for c, m in zip(proposals, means))
         fail(impl, PROP, CHECK, case,
              f"the engine accepts {way} drafted tokens than the exact expectation of its draft "
-             f"({impl.draft}): rate {seen.accepted / max(seen.drafted, 1):.3f} per drafted "
+             f"({impl.method.drafter.describe()}): rate {seen.accepted / max(seen.drafted, 1):.3f} per drafted "
              f"token against {rates}, for {where}, {seen.drafted:g} drafted:\n"
              + "\n".join(lines) +
              f"\n(false-alarm rate <= {statistics.ALPHA:.0e}; an acceptance rate per drafted "

@@ -5,7 +5,8 @@ An engine's file declares one `ENGINE` (an `Engine`) and everything engine-speci
 
     find()                          its environment (EngineMissing names the make target)
     version(env)                    its version; `validated`: those its dialect was recorded from
-    methods                         its speculation methods (name -> Method: what drafts, k)
+    methods                         its speculation methods (name -> properties.methods.Method:
+                                    what drafts, k, conventions)
     command(env, export_dir, method, port) -> Command
                                     the server's command line, env vars and health path, for the
                                     baseline (method None) and each method: the one source of the
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from properties.adapters.dialects import Dialect
 from properties.adapters.protocol import HttpError, Request, ServedError
+from properties.methods import Method
 
 
 @dataclass
@@ -85,18 +87,6 @@ class EngineNotHere(KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
-
-
-@dataclass(frozen=True)
-class Method:
-    """One speculation method of an engine."""
-
-    name: str
-    description: str
-    # the kit's name for what drafts: "perfect" (the target), "draft-early-exit",
-    # "draft-random" (export names, the kit replays their acceptance), "ngram", "none"
-    draft: str
-    k: int = 4
 
 
 @dataclass

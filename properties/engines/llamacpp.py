@@ -18,6 +18,7 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect
 from properties.adapters.protocol import BadResponse, Completion, Request
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
@@ -26,19 +27,17 @@ from reference.penalties import Formula
 K = 4
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
-           "draft-early-exit", K),
+           EARLY_EXIT, K),
     Method("draft-random", "draft model (draft-simple): an independent random model",
-           "draft-random", K),
-    Method("perfect-draft", "draft model (draft-simple): the target itself", "perfect", K),
-    Method("ngram", "n-gram drafting from the context (ngram-simple)", "ngram", K),
+           RANDOM, K),
+    Method("perfect-draft", "draft model (draft-simple): the target itself", PERFECT, K),
+    Method("ngram", "n-gram drafting from the context (ngram-simple)", LOOKUP, K),
     Method("draft-small", "draft model (draft-simple): the trained pair's small draft "
-                          "(--models trained or trained-large)", "draft-small", K),
+                          "(--models trained or trained-large)", SMALL, K),
 )}
 # server slots: requests answered concurrently, as llama-server's default (auto) gives on a
 # small machine; the served_batch family compares answers inside a batch with answers alone
 SLOTS = 4
-DRAFT_FILES = {"draft-early-exit": "draft-early-exit", "draft-random": "draft-random",
-               "draft-small": "draft-small", "perfect": "target"}
 
 
 @dataclass(frozen=True)
@@ -305,13 +304,13 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
             "-fa", "off", "-ctk", "f32", "-ctv", "f32"]
     # no server-wide --seed: a request without a seed must draw a fresh one (as by default),
     # or concurrent unseeded requests would share one stream of random numbers
-    if method is not None and method.draft == "ngram":
+    if method is not None and method.drafter.lookup:
         # ngram-simple's defaults (a 12-token lookup, a 48-token draft) never match in the
         # kit's short contexts, so it would draft nothing: look up one token, draft k
         argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                  "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
     elif method is not None:
-        argv += ["-md", gguf / f"{DRAFT_FILES.get(method.draft, method.draft)}.gguf", "--spec-type", "draft-simple",
+        argv += ["-md", gguf / f"{method.drafter.export}.gguf", "--spec-type", "draft-simple",
                  "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
                  "--spec-draft-p-min", "0", "-td", "1"]
     return Command(argv, health="/health")

@@ -41,6 +41,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
 from properties.engines import Command, Engine, EngineMissing, Method, python_api
 from properties.engines.local import engines_dir
 
@@ -52,15 +53,15 @@ NGRAM = 2
 # the head sizes its CPU attention takes
 HEAD_MULTIPLE = 16
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "draft model: the target's first layer", "draft-early-exit", K),
-    Method("draft-random", "draft model: an independent random model", "draft-random", K),
-    Method("perfect-draft", "draft model: the target itself", "perfect", K),
-    Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", "ngram", K),
+    Method("draft-early-exit", "draft model: the target's first layer", EARLY_EXIT, K),
+    Method("draft-random", "draft model: an independent random model", RANDOM, K),
+    Method("perfect-draft", "draft model: the target itself", PERFECT, K),
+    Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", LOOKUP, K),
     # a trained pair's small draft: refused with --models trained (its head size is 24), not
     # with --models trained-large (head size 32)
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
-           "draft-small", K),
+           SMALL, K),
 )}
 FOLDER = "onnxruntime-genai"     # its converted models, beside the export
 
@@ -173,9 +174,9 @@ def models_dir(export_dir) -> Path:
 
 def folder(method: Method | None) -> str:
     """The converted folder a server loads: the target, or the target paired with a draft."""
-    if method is None or method.draft == "ngram":
+    if method is None or method.drafter.export is None:
         return "target"
-    return f"spec-{'target' if method.draft == 'perfect' else method.draft}"
+    return f"spec-{method.drafter.export}"
 
 
 def prepare_commands(env: Environment | None, export_dir,
@@ -220,7 +221,7 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
     session = {"model": str(models_dir(export_dir) / folder(method)),
                "vocab_size": config["vocab_size"], "eos": eos_id(config),
                "k": None if method is None else method.k,
-               "ngram": NGRAM if method is not None and method.draft == "ngram" else None}
+               "ngram": NGRAM if method is not None and method.drafter.lookup else None}
     return python_api.worker((env or RECIPE).python, Path(__file__).resolve(), session, port,
                              env={"OMP_NUM_THREADS": "1"})
 

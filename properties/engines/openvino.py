@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from properties.adapters.dialects import read_prometheus
+from properties import methods
 from properties.engines import Command, Engine, EngineMissing, Method, inprocess, python_api
 from properties.engines.local import engines_dir, output
 
@@ -74,19 +75,20 @@ class OpenVINOMethod(Method):
 
 
 def _methods() -> dict:
-    base = (("draft-early-exit", "draft model: the target's first layer", "draft-early-exit"),
-            ("draft-random", "draft model: an independent random model", "draft-random"),
-            ("perfect-draft", "draft model: the target itself", "perfect"),
-            ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})", "ngram"),
+    base = (("draft-early-exit", "draft model: the target's first layer", methods.EARLY_EXIT),
+            ("draft-random", "draft model: an independent random model", methods.RANDOM),
+            ("perfect-draft", "draft model: the target itself", methods.PERFECT),
+            ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})",
+             methods.Lookup(1, NGRAM)),
             ("draft-small", "draft model: a trained pair's small draft "
                             "(--models trained or trained-large)",
-             "draft-small"))
+             methods.SMALL))
     found = {}
     for name, description, draft in base:
         found[name] = OpenVINOMethod(name, description + " (default SchedulerConfig)", draft, K)
         found[f"{name}-no-prefix-caching"] = OpenVINOMethod(
             f"{name}-no-prefix-caching", description + " (SchedulerConfig: prefix caching off)",
-            draft, K, NO_PREFIX_CACHING)
+            draft, K, scheduler=NO_PREFIX_CACHING)
     return found
 
 
@@ -289,7 +291,7 @@ LOOKUP = replace(DIALECT, counted=False)
 
 
 def dialects(method):
-    return LOOKUP if method is not None and method.draft == "ngram" else DIALECT
+    return LOOKUP if method is not None and method.drafter.lookup else DIALECT
 
 
 def find() -> Environment:
@@ -383,10 +385,10 @@ def command(env: Environment | None, export_dir, method, port: int) -> Command:
                "scheduler": getattr(method, "scheduler", None)}
     if method is not None:
         session["k"] = method.k
-        if method.draft == "ngram":
+        if method.drafter.lookup:
             session.update(prompt_lookup=True, ngram=NGRAM)
         else:
-            session["draft"] = str(root / ("target" if method.draft == "perfect" else method.draft))
+            session["draft"] = str(root / method.drafter.export)
     return python_api.worker((env or RECIPE).python, Path(__file__).resolve(), session, port,
                              env={"OMP_NUM_THREADS": "1"})
 

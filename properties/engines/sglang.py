@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect
+from properties.methods import EARLY_EXIT, LOOKUP
 from properties.engines import Command, Engine, EngineMissing, Method
 
 K = 4
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "STANDALONE draft model", "draft-early-exit", K),
-    Method("ngram", "NGRAM", "ngram", K),
+    Method("draft-early-exit", "STANDALONE draft model", EARLY_EXIT, K),
+    Method("ngram", "NGRAM", LOOKUP, K),
 )}
 DIALECT = Dialect("sglang", honours_n=True)
 
@@ -27,12 +28,12 @@ def command(env, export_dir, method: Method | None, port: int) -> Command:
     root = Path(export_dir)
     argv = ["python", "-m", "sglang.launch_server", "--model-path", root / "target",
             "--dtype", "float32", "--context-length", "2048", "--port", str(port)]
-    if method is not None and method.draft == "ngram":
+    if method is not None and method.drafter.lookup:
         argv += ["--speculative-algorithm", "NGRAM",
                  "--speculative-num-draft-tokens", str(method.k + 1)]
     elif method is not None:
         argv += ["--speculative-algorithm", "STANDALONE",
-                 "--speculative-draft-model-path", root / method.draft,
+                 "--speculative-draft-model-path", root / method.drafter.export,
                  "--speculative-num-steps", str(method.k), "--speculative-eagle-topk", "1",
                  "--speculative-num-draft-tokens", str(method.k + 1)]
     return Command(argv, health="/health")

@@ -12,6 +12,7 @@ from pathlib import Path
 from properties.adapters.dialects import Dialect
 from reference.penalties import Formula
 from properties.engines import Command, Engine, EngineMissing, Method
+from properties import methods
 from properties.models import tokenizer
 
 
@@ -120,7 +121,7 @@ def serve_command(model_dir, port: int, program=None) -> Command:
 
 
 METHODS = {"prompt-lookup": Method("prompt-lookup", "prompt lookup, 4 tokens (per request)",
-                                   "ngram")}
+                                   methods.LOOKUP)}
 
 
 def find():

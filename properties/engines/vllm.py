@@ -17,6 +17,7 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
 from reference.penalties import Formula
@@ -24,16 +25,16 @@ from reference.penalties import Formula
 K = 4
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model: the target's first layer (early exit)",
-           "draft-early-exit", K),
-    Method("draft-random", "draft model: an independent random model", "draft-random", K),
+           EARLY_EXIT, K),
+    Method("draft-random", "draft model: an independent random model", RANDOM, K),
     Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
-           "perfect", K),
-    Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", "ngram", K),
+           PERFECT, K),
+    Method("ngram", "n-gram prompt lookup (prompt_lookup_min 1, max 3)", LOOKUP, K),
     # a trained pair's separately trained draft: refused with --models trained (head_dim 24),
     # served with --models trained-large (the weight-bound pair's draft: head_dim 32)
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
-           "draft-small", K),
+           SMALL, K),
 )}
 # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes (0.32.0):
 # a model with another head size starts, then dies at its first request ("Unsupported CPU
@@ -159,10 +160,10 @@ def version(env: Environment) -> str:
 
 def speculative_config(export_dir, method: Method) -> dict:
     root = Path(export_dir)
-    if method.draft == "ngram":
+    if method.drafter.lookup:
         return {"method": "ngram", "num_speculative_tokens": method.k,
                 "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    model = root / ("target" if method.draft == "perfect" else method.draft)
+    model = root / method.drafter.export
     return {"model": str(model), "num_speculative_tokens": method.k}
 
 

@@ -14,9 +14,10 @@ name (CONFORMANCE.md, served engines).
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
-from properties import engines
+from properties import engines, methods
 
 PORT = 8000
 BASELINE_PORT = 8001
@@ -26,7 +27,7 @@ def kit_line(engine, method, port: int = PORT, baseline_port: int = BASELINE_POR
     """The kit's command line by hand against the servers of `method` and the baseline."""
     options = [f"--impl=openai:http://127.0.0.1:{port}/v1",
                f"--baseline=http://127.0.0.1:{baseline_port}/v1",
-               f"--served-engine={engine.name}", f"--served-draft={method.draft}",
+               f"--served-engine={engine.name}", f"--served-draft={methods.option_of(method.drafter)}",
                f"--served-k={method.k}"]
     options += engine.dialect_for(method).kit_options()
     return "python -m pytest properties/ " + " ".join(shlex.quote(o) for o in options)
@@ -69,7 +70,7 @@ def describe(directory, names=None) -> str:
 # the trained pair's drafts, served with the kit's engines' command lines, each as the draft
 # model of the engines' draft-model method
 DRAFT_METHOD = "draft-early-exit"
-TRAINED_DRAFTS = {"draft-small": "the small trained draft", "draft-early-exit": "early exit"}
+TRAINED_DRAFTS = {methods.SMALL: "the small trained draft", methods.EARLY_EXIT: "early exit"}
 
 
 def describe_trained(directory, models: str = "trained") -> str:
@@ -88,13 +89,13 @@ def describe_trained(directory, models: str = "trained") -> str:
             continue
         method = engine.method(DRAFT_METHOD)
         lines.append(f"# {engine.title}")
-        for what, step in (engine.prepare_commands(None, root, tuple(TRAINED_DRAFTS))
+        for what, step in (engine.prepare_commands(None, root, tuple(d.export for d in TRAINED_DRAFTS))
                            if engine.prepare_commands else ()):
             lines += [f"#   {what}:", step.shell()]
         lines += ["#   speculation off (the baseline):",
                   engine.command(None, root, None, BASELINE_PORT).shell()]
         for draft, description in TRAINED_DRAFTS.items():
-            chosen = engines.Method(method.name, description, draft, method.k)
+            chosen = replace(method, description=description, drafter=draft)
             lines += [f"#   draft model ({description}):",
                       engine.command(None, root, chosen, PORT).shell()]
     lines.append("")

@@ -113,14 +113,13 @@ def unservable(models: dict) -> list[str]:
 def draft_of(method) -> str | None:
     """The trained export's folder a method drafts with (None: no draft model), or KeyError
     when the trained pair has no such draft."""
-    if method is None or method.draft == "ngram":
+    if method is None or method.drafter.model is None:
         return None
-    if method.draft == "perfect":
-        return "target"
-    if method.draft not in MODELS:
-        raise KeyError(f"method {method.name!r} drafts with {method.draft!r}, which the trained "
-                       f"pair does not have (its drafts: draft-early-exit, draft-small)")
-    return method.draft
+    name = method.drafter.model
+    if name != "target" and name not in MODELS:
+        raise KeyError(f"method {method.name!r} drafts with {name!r}, which the trained pair "
+                       f"does not have (its drafts: draft-early-exit, draft-small)")
+    return name
 
 
 def models_of(method, models: str = "trained") -> dict:

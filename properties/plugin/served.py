@@ -1,8 +1,13 @@
-"""pytest options for served engines, and the fixture that hands the served tests their Impl.
+"""pytest options for served engines, the served Impl built from them, and the served tests'
+fixtures.
 
-Under ``python -m properties.serve run`` the launcher's plugin (properties/serve/run.py) hands
-the engine object, its method and the servers to this plugin in this process (`served()` of
-the plugin); run by hand, the same settings come from the command line:
+Two ways to point the kit at a served engine, one run either way:
+
+* ``--engine=NAME --method=NAME``: the kit starts the engine (properties/serve/run.py,
+  Launch): it exports its checkpoints, starts the speculating server and the baseline, and the
+  session holds them until the run ends (restarts, speed, stop). ``python -m properties.serve
+  run ENGINE METHOD`` is the same run with a shorter command line.
+* ``--impl=openai:URL``: a server someone else started, described by these options:
 
     --baseline=URL                  the same model served without speculation: greedy outputs
                                     must match it (ties within the logit tolerance aside)
@@ -16,12 +21,14 @@ the plugin); run by hand, the same settings come from the command line:
     --served-concurrency=N          requests in flight at once (default 8)
     --served-generation-config=JSON merged into each request's generation_config (transformers
                                     serve's dialect), e.g. '{"prompt_lookup_num_tokens": 4}'
-    --served-draft=unknown|perfect  perfect: the server drafts with the target itself
+    --served-draft=NAME             what drafts (properties.methods.DRAFTERS): perfect (the
+                                    target), draft-early-exit, draft-random, ngram, none, unknown
     --served-k=K                    draft tokens per round
     --served-logit-tolerance=GAP    greedy ties (default 1e-3, for float32 servers)
 
-Before the first served test, the fixture confirms that the server (and the baseline) serve
-the kit's target; otherwise the run stops with one message saying what is served instead.
+Either way the Impl is built once, configured (`implementation`). Before the first served test
+the fixture confirms that the server (and the baseline) serve the kit's target; otherwise the
+run stops with one message saying what is served instead.
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from properties import methods
+from properties import session as sessions
+from properties.plugin.say import say
 
 DEFAULTS = {"timeout": 60.0, "concurrency": 8}
 
@@ -49,9 +60,7 @@ def pytest_addoption(parser):
     group.addoption("--served-generation-config", default=None, metavar="JSON",
                     help="JSON object merged into each request's generation_config "
                          "(transformers serve)")
-    group.addoption("--served-draft", default="unknown",
-                    choices=("unknown", "perfect", "draft-early-exit", "draft-random", "ngram",
-                             "none"),
+    group.addoption("--served-draft", default="unknown", choices=tuple(methods.DRAFTERS),
                     help="what the server drafts with: perfect (the target), an exported "
                          "draft (the kit replays its acceptance exactly), ngram, none")
     group.addoption("--served-k", default="4", metavar="K",
@@ -61,6 +70,27 @@ def pytest_addoption(parser):
                          "its dialect (requests, answers, speculation counters)")
     group.addoption("--served-logit-tolerance", default=None, metavar="GAP",
                     help="float64 top-two logit gap below which a greedy divergence is a tie")
+    start = parser.getgroup("production engines the kit starts (--engine, --method)")
+    start.addoption("--engine", default=None, metavar="NAME",
+                    help="start this engine (properties/engines/) with --method and without "
+                         "(the baseline), judge it, stop it")
+    start.addoption("--method", default=None, metavar="NAME",
+                    help="the engine's speculative method, e.g. draft-early-exit, ngram")
+    start.addoption("--models", default="kit", metavar="kit|trained|trained-large",
+                    help="kit: the kit's models and its served families; trained, "
+                         "trained-large: a trained pair, judged by the served_trained family")
+    start.addoption("--run-dir", default=None, metavar="DIR",
+                    help="where the logs, export and results go (default runs/ENGINE-METHOD-TIME)")
+    start.addoption("--results", default=None, metavar="FILE.json",
+                    help="add this run to a results file (and its .md table)")
+    start.addoption("--allow-unvalidated", action="store_true", default=False,
+                    help="run on an engine version the kit's dialects were not recorded from")
+    start.addoption("--no-speed", action="store_true", default=False,
+                    help="skip the speed-up measurement")
+    start.addoption("--port", default=None, type=int, metavar="PORT",
+                    help="port of the speculating server (default: a free one)")
+    start.addoption("--baseline-port", default=None, type=int, metavar="PORT",
+                    help="port of the baseline server (default: a free one)")
 
 
 def _number(config, name, kind, low):
@@ -75,8 +105,20 @@ def _number(config, name, kind, low):
 
 
 def options(config) -> dict:
-    """The served options, validated (a bad value is one usage error naming it): the
-    launcher's in-process settings where it ran pytest, else the command line's."""
+    """The options common to every served run, validated (a bad value is one usage error
+    naming it)."""
+    tolerance = config.getoption("--served-logit-tolerance")
+    return {
+        "model": config.getoption("--served-model"),
+        "timeout": _number(config, "--served-timeout", float, 1e-3),
+        "concurrency": _number(config, "--served-concurrency", int, 1),
+        "logit_tolerance": None if tolerance is None else _number(
+            config, "--served-logit-tolerance", float, 0.0),
+    }
+
+
+def by_url(config) -> dict:
+    """The settings of a server given by URL (--impl=openai:URL), from the command line."""
     extra = config.getoption("--served-generation-config")
     if extra is not None:
         try:
@@ -86,27 +128,46 @@ def options(config) -> dict:
         if not isinstance(extra, dict):
             raise pytest.UsageError(f"--served-generation-config={json.dumps(extra)}: must be a "
                                     f"JSON object")
-    tolerance = config.getoption("--served-logit-tolerance")
-    opts = {
-        "model": config.getoption("--served-model"),
-        "timeout": _number(config, "--served-timeout", float, 1e-3),
-        "concurrency": _number(config, "--served-concurrency", int, 1),
-        "tolerance": None if tolerance is None else _number(config, "--served-logit-tolerance",
-                                                            float, 0.0),
-    }
-    launcher = launcher_of(config)
-    if launcher is not None and hasattr(launcher, "served"):
-        return opts | launcher.served()
     engine = _engine(config.getoption("--served-engine"))
     dialect, baseline_dialect = _dialects(engine, config.getoption("--served-api"), extra or {})
-    return opts | {
-        "baseline": config.getoption("--baseline"),
-        "engine": engine,
-        "dialect": dialect,
-        "baseline_dialect": baseline_dialect,
-        "draft": config.getoption("--served-draft"),
-        "k": _number(config, "--served-k", int, 1),
-    }
+    return {"baseline": config.getoption("--baseline"), "engine": engine, "dialect": dialect,
+            "baseline_dialect": baseline_dialect,
+            "method": methods.by_option(config.getoption("--served-draft"),
+                                        _number(config, "--served-k", int, 1))}
+
+
+def implementation(config):
+    """(the served Impl, the Launch) of this run: the engine the kit starts (--engine), a
+    server given by URL (--impl=openai:URL), or (None, None) for an in-process --impl."""
+    from properties.adapters.served import make_impl
+    spec = config.getoption("--impl")
+    if config.getoption("--engine") is None:
+        if config.getoption("--method") is not None:
+            raise pytest.UsageError("--method names a method of the engine the kit starts: give "
+                                    "--engine=NAME too")
+        if not spec.startswith("openai:"):
+            return None, None
+        return make_impl(spec, **options(config), **by_url(config)), None
+    if spec != "reference" or config.getoption("--baseline"):
+        raise pytest.UsageError(f"--engine={config.getoption('--engine')} starts the servers "
+                                f"the kit checks: leave out --impl={spec} and --baseline")
+    if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        raise pytest.UsageError("--engine runs its servers in this process: leave out -n")
+    from properties.serve.run import Launch, SetupError
+    try:
+        launch = Launch.start(config.getoption("--engine"), config.getoption("--method"),
+                              models=config.getoption("--models"),
+                              run_dir=config.getoption("--run-dir"),
+                              results=config.getoption("--results"),
+                              allow_unvalidated=config.getoption("--allow-unvalidated"),
+                              measure_speed=not config.getoption("--no-speed"),
+                              port=config.getoption("--port"),
+                              baseline_port=config.getoption("--baseline-port"),
+                              say=lambda text: say(config, text))
+    except SetupError as exc:
+        say(config, f"error: {exc}")
+        pytest.exit(f"the kit could not start {config.getoption('--engine')}", returncode=3)
+    return make_impl("openai:" + launch.spec.url, **options(config), **launch.settings()), launch
 
 
 def _engine(name):
@@ -133,45 +194,11 @@ def _dialects(engine, api: str, extra: dict):
                                 f"{engine.name}: {exc}") from None
 
 
-def configure(impl, opts: dict) -> None:
-    """Apply the options to a ServedImpl (its client, baseline, tolerance, draft, engine)."""
-    from properties.adapters.client import Client
-
-    client = impl.client
-    client.dialect, client.model = opts["dialect"], opts["model"]
-    client.timeout, client.concurrency = opts["timeout"], opts["concurrency"]
-    if opts["baseline"]:
-        try:
-            impl.baseline = Client(opts["baseline"], model=opts["model"],
-                                   timeout=opts["timeout"], concurrency=opts["concurrency"],
-                                   dialect=opts["baseline_dialect"])
-        except ValueError as exc:
-            raise pytest.UsageError(f"--baseline={opts['baseline']}: {exc}") from None
-    if opts["tolerance"] is not None:
-        impl.logit_tolerance = opts["tolerance"]
-    impl.draft, impl.k = opts["draft"], opts["k"]
-    engine = opts["engine"]
-    impl.engine = engine
-    if engine is not None and engine.concurrency:   # what it answers at once, at most
-        client.concurrency = min(client.concurrency, engine.concurrency)
-        if impl.baseline is not None:
-            impl.baseline.concurrency = client.concurrency
-    impl.schedule = engine.schedule if engine is not None else None
-
-
 def _served_impl(config):
     from properties.adapters.served import ServedImpl
-    impl = getattr(config, "_kit_impl", None)
+    run = sessions.of(config)
+    impl = run.impl if run is not None else None
     return impl if isinstance(impl, ServedImpl) else None
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config):
-    opts = options(config)
-    impl = _served_impl(config)
-    if impl is not None:
-        configure(impl, opts)
-        config._served_configured = True
 
 
 @pytest.fixture(scope="session")
@@ -179,12 +206,19 @@ def served(pytestconfig):
     """The served Impl, configured and confirmed to serve the kit's target."""
     impl = _served_impl(pytestconfig)
     if impl is None:
-        spec = getattr(getattr(pytestconfig, "_kit_impl", None), "spec", "?")
+        spec = sessions.of(pytestconfig).impl.spec
         pytest.skip(f"not applicable: --impl={spec} is not a served engine (--impl=openai:URL)")
-    if not getattr(pytestconfig, "_served_configured", False):
-        configure(impl, options(pytestconfig))
-        pytestconfig._served_configured = True
-    if not getattr(pytestconfig, "_served_confirmed", False):
+    return _confirmed(pytestconfig, impl)
+
+
+def _confirmed(config, impl):
+    """The served Impl, its server (and baseline) confirmed once to serve the kit's target (on
+    a trained pair: the pair's, which the served_trained family checks itself), its clients
+    watched: a failed request that met a dead server is a finding."""
+    if config.stash.get(_CONFIRMED, False):
+        return impl
+    run = sessions.of(config)
+    if run.launch is None or not run.launch.trained:
         from properties.checks.served import Refusal, check_identity
         try:
             check_identity(impl.client, impl.logit_tolerance, role="--impl")
@@ -192,29 +226,18 @@ def served(pytestconfig):
                 check_identity(impl.baseline, impl.logit_tolerance, role="--baseline")
         except Refusal as exc:
             pytest.exit(f"the kit refuses to check this server: {exc}", returncode=4)
-        pytestconfig._served_confirmed = True
-        _watch(pytestconfig, impl)
-    return impl
-
-
-def launcher_of(config):
-    """The plugin of ``python -m properties.serve run`` (it owns the servers), or None."""
-    for plugin in config.pluginmanager.get_plugins():
-        if hasattr(plugin, "server_for") and hasattr(plugin, "restart"):
-            return plugin
-    return None
-
-
-def _watch(config, impl) -> None:
-    """Give each client a watchdog: a failed request that met a dead server is a finding."""
     from properties.serve.deaths import Watchdog
-    launcher = launcher_of(config)
     for client in (impl.client, impl.baseline):
         if client is None:
             continue
-        server = launcher.server_for(client.url) if launcher is not None else None
+        server = run.launch.server_for(client.url) if run.launch is not None else None
         client.watchdog = Watchdog(f"{client.scheme}://{client.host}:{client.port}/health",
                                    server=server)
+    config.stash[_CONFIRMED] = True
+    return impl
+
+
+_CONFIRMED = pytest.StashKey[bool]()
 
 
 @pytest.fixture(autouse=True)
@@ -226,7 +249,7 @@ def _served_server_alive(request):
     if impl is None or family is None or not str(family.args[0]).startswith("served_"):
         yield
         return
-    launcher = launcher_of(request.config)
+    launch = sessions.of(request.config).launch
     for client in (impl.client, impl.baseline):
         dog = getattr(client, "watchdog", None)
         if dog is None:
@@ -236,8 +259,8 @@ def _served_server_alive(request):
             continue
         from properties.serve.deaths import REGISTRY
         death = REGISTRY.last()
-        if dog.server is not None and launcher is not None:
-            launcher.restart(dog.server, death)
+        if dog.server is not None and launch is not None:
+            launch.restart(dog.server, death, say=lambda text: say(request.config, text))
             dog.dead = False
         elif dog._alive():
             dog.dead = False   # it came back (restarted by someone else)

@@ -84,7 +84,7 @@ def seed_text(config) -> str:
             "and the example database replays it first)")
 
 
-def header(config, summary: dict, verdict_line: str, started_wall: float) -> dict:
+def header(config, session, summary: dict, verdict_line: str) -> dict:
     from properties import profiles
     names = ("torch", "numpy", "scipy", "hypothesis", "pytest", "matplotlib",
              "speculative-conformance")
@@ -95,21 +95,26 @@ def header(config, summary: dict, verdict_line: str, started_wall: float) -> dic
         versions["kit commit"] = commit
     return {"impl": summary["impl"], "description": summary["description"],
             "versions": versions, "profile": profiles.current(), "seed": seed_text(config),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started_wall)),
-            "seconds": round(time.monotonic() - config._kit_started, 1),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(session.started_wall)),
+            "seconds": round(time.monotonic() - session.started, 1),
             "verdict": summary["verdict"], "verdict_line": verdict_line,
             "command": " ".join([os.path.basename(sys.executable), "-m", "pytest",
                                  *config.invocation_params.args])}
 
 
-def build(config, summary: dict, verdict_line: str) -> dict:
+def build(config, session, summary: dict, verdict_line: str) -> dict:
+    """The page's data; a run whose engine the kit started adds what was measured on its
+    servers after the tests (the evidence that speculation ran, the speed-up)."""
     tests = {}
-    for nodeid, entry in sorted(config._kit_report_tests.items()):
+    for nodeid, entry in sorted(session.report_tests.items()):
         entry = dict(entry)
-        entry["evidence"] = config._kit_evidence.get(nodeid, [])
+        entry["evidence"] = session.evidence.get(nodeid, [])
         tests[nodeid] = entry
-    return {"header": header(config, summary, verdict_line, config._kit_started_wall),
-            "summary": summary, "tests": tests}
+    data = {"header": header(config, session, summary, verdict_line), "summary": summary,
+            "tests": tests}
+    if session.launch is not None:
+        data["served"] = session.launch.report_entry()
+    return data
 
 
 def write(folder: Path, data: dict) -> Path:
@@ -120,14 +125,3 @@ def write(folder: Path, data: dict) -> Path:
     index = folder / "index.html"
     index.write_text(page.render(data))
     return index
-
-
-def add_served(folder: Path, served: dict) -> Path | None:
-    """A served run (python -m properties.serve run) adds what it measured after the kit's
-    tests (the evidence that speculation ran, the speed-up, its verdict) and renders again."""
-    source = Path(folder) / "report.json"
-    if not source.exists():
-        return None
-    data = json.loads(source.read_text())
-    data["served"] = served
-    return write(Path(folder), data)

@@ -32,7 +32,8 @@ def main(argv=None) -> int:
     show = commands.add_parser("recipes", help="print the serving commands for DIR")
     show.add_argument("directory", metavar="DIR")
     go = commands.add_parser("run", help="start ENGINE with METHOD and its baseline, judge "
-                                         "them, stop them")
+                                         "them, stop them: the same run as `pytest properties/ "
+                                         "--engine=ENGINE --method=METHOD`")
     go.add_argument("engine", help=f"one of {', '.join(engines.ENGINES)} (properties/engines/)")
     go.add_argument("method", help="e.g. draft-early-exit, draft-random, perfect-draft, ngram")
     go.add_argument("--known-failures", metavar="FILE", default=None,
@@ -69,8 +70,6 @@ def main(argv=None) -> int:
     args.pytest_args = extra
     if args.command == "run":
         from properties.serve import run
-        if args.families is None:
-            args.families = run.SERVED_FAMILIES
         return run.main(args)
     if args.command == "export":
         trained = args.models in trained_export.PAIRS

@@ -1,4 +1,4 @@
-"""``python -m properties.serve run ENGINE METHOD --models trained``: a production engine on the
+"""``pytest properties/ --engine=ENGINE --method=METHOD --models trained``: a production engine on the
 committed trained pair, where speculation pays, judged on what still has an exact answer;
 ``--models trained-large``: the same run on the weight-bound pair of `make models-large`
 (properties/export/trained.py PAIRS), whose target is large enough for speculation to pay in
@@ -19,8 +19,10 @@ source the models never saw, tokenized by the trained tokenizer):
     mismatch is a failure naming both. Tokens per target call come from the same replay;
 (c) the speed-up: properties.serve.speed.measure with these prompts.
 
-CONFORMANT when (a) and (b) hold for every request and the engine drafted; the speed-up and the
-acceptance are reported beside the verdict (result.json, the results file, the engines grid).
+The family served_trained (properties/test_served_trained.py) runs the check; it passes when
+(a) and (b) hold for every request, and shows speculation when the engine drafted. The speed-up
+and the acceptance are reported beside the verdict (result.json, the results file, the engines
+grid).
 """
 
 from __future__ import annotations
@@ -238,18 +240,6 @@ def totals(requests: list, replayed: bool) -> dict:
     return out
 
 
-def verdict(result: dict, models: str = "trained") -> tuple[str, str, int]:
-    """(verdict, text, exit status) of a run on the pair `models` names from its check."""
-    if result["failures"]:
-        return ("NOT CONFORMANT", f"NOT CONFORMANT: {len(result['failures'])} failure(s) of "
-                                  f"the trained check", 1)
-    if not result.get("engine_drafted"):
-        return ("NOT SHOWN", "no failure, but the engine's counters show no drafted token on "
-                             f"the {models} pair", 1)
-    shown = "greedy and acceptance" if result["replayed"] else "greedy (acceptance not replayed)"
-    return "CONFORMANT", f"CONFORMANT ({shown} on the {models} pair)", 0
-
-
 def describe(record: dict) -> list[str]:
     """The run's lines about the trained pair, for its printed outcome."""
     t = record.get("trained") or {}
@@ -271,20 +261,3 @@ def describe(record: dict) -> list[str]:
     for failure in t["failures"]:
         lines.append(f"FAILED: {failure}")
     return lines
-
-
-def run_check(engine, method, spec, base, record: dict, say, measure_speed: bool,
-              models: str = "trained"):
-    """The trained run's body between starting and stopping the servers (serving the pair
-    `models` names): fills `record`, returns (verdict, text, exit)."""
-    from properties.serve import speed
-    result = check(engine, method, spec.url, base.url, say=say, models=models)
-    record["trained"] = result
-    record["speculation"] = {"drafted": result.get("engine_drafted") or 0,
-                             "accepted": result.get("engine_accepted") or 0,
-                             "source": "the engine's counters over the trained check's greedy "
-                                       "requests"}
-    if measure_speed:
-        record["speed"] = speed.measure(engine, spec, base, say=say, method=method,
-                                        prompts=prompts(models=models), tokens=TOKENS)
-    return verdict(result, models)

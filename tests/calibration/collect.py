@@ -34,7 +34,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from properties import harness, profiles, statistics
-from properties.impl import LEVELS
 
 # the statistical families and the kit module holding each one's tests
 MODULES = {
@@ -57,23 +56,13 @@ def statistical_tests(family: str) -> list:
 
 
 def not_applicable(impl, family: str, fn) -> str | None:
-    """Why the kit would skip this test on impl (its plugin's rules), or None."""
-    from properties import families
-    level = families.get(family).level
-    if family in impl.not_applicable:
-        return impl.not_applicable[family]
-    if not impl.has(level):
-        return f"no level {level!r}"
+    """Why the kit would skip this test on impl (its plugin's own rule), or None."""
+    from properties.plugin.kit import not_applicable as kit_rule
     needs = next((m for m in getattr(fn, "pytestmark", []) if m.name == "needs"), None)
-    kind = needs.kwargs.get("kind") if needs else None
-    if kind is not None and kind not in impl.model_kinds:
-        return f"runs no {kind!r} models"
-    for keyword in (needs.kwargs.get("keywords", ()) if needs else ()):
-        if not any(impl.accepts(sig.function, keyword) for sig in LEVELS.get(level, ())):
-            return f"does not take {keyword}="
-    if family == "sampler" and not impl.has_function("target_generate"):
-        return "no target_generate"
-    return None
+    reason = kit_rule(impl, family, needs)
+    if reason is None and family == "sampler" and not impl.has_function("target_generate"):
+        return "no target_generate"       # test_sampler's own fixture skips it so
+    return reason
 
 
 def mix(seed: int, salt: int) -> int:

@@ -57,10 +57,8 @@ def _served(delta: float):
         server = FakeServer()
     server.__enter__()
     _fakes.append(server)          # kept for the process's life; its threads are daemons
-    impl = make_impl("openai:" + server.url)
-    impl.client.dialect = fake.FAKE
-    impl.engine, impl.schedule, impl.draft = fake.ENGINE, fake.ENGINE.schedule, "perfect"
-    return impl
+    return make_impl("openai:" + server.url, dialect=fake.FAKE, engine=fake.ENGINE,
+                     method=fake.METHODS["perfect-draft"])
 
 
 def close() -> None:

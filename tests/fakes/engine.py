@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect, read_prometheus
+from properties.methods import EARLY_EXIT, PERFECT, SMALL
 from properties.engines import Command, Engine, Method
 from reference.penalties import OPENAI
 
@@ -22,15 +23,15 @@ from reference.penalties import OPENAI
 ROOT = Path(__file__).resolve().parents[2]
 
 METHODS = {m.name: m for m in (
-    Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", "perfect"),
-    Method("die-on-top-k", "dies at the first sampled request with top_k > 0", "perfect"),
+    Method("perfect-draft", "correct: exact sampling, counters of a perfect draft", PERFECT),
+    Method("die-on-top-k", "dies at the first sampled request with top_k > 0", PERFECT),
     # a trained pair (--models trained, trained-large): its early exit or small draft, k = 4
     # per round
     Method("draft-early-exit", "a trained pair's early exit "
                                "(--models trained or trained-large)",
-           "draft-early-exit"),
+           EARLY_EXIT),
     Method("draft-small", "a trained pair's small draft (--models trained or trained-large)",
-           "draft-small"),
+           SMALL),
 )}
 # its speculation counters, on its /metrics page (tests/fakes/server.py)
 DRAFTED = "kit_fake_drafted_tokens_total"
@@ -87,7 +88,7 @@ def command(env, export_dir, method, port) -> Command:
         argv += ["--behaviour", behaviour]
     pair_dir = trained_pair_dir(export_dir)
     if pair_dir is not None:
-        draft = "none" if method is None else "target" if method.draft == "perfect" else method.draft
+        draft = "none" if method is None else method.drafter.export
         argv += ["--trained", draft]
         from reference.pretrained import TRAINED_DIR
         if pair_dir != TRAINED_DIR:     # the committed pair's command line stays as it was

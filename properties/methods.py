@@ -1,0 +1,195 @@
+"""A speculative method is one object: everything the kit's checks, oracles, evidence, export
+and report need to know about how an engine speculates.
+
+    Method      an engine's way of speculating: its name (the engine's word for it), what
+                drafts (a Drafter), how many tokens it may draft per round (k), its proposal
+                convention and verification rule
+    Drafter     what proposes: a draft model the kit also holds (its next-logits are known, so
+                greedy counters and the acceptance law are replayed exactly), a lookup over the
+                context (n-gram, prompt lookup: the kit replays whether it proposes), or nothing
+                the kit knows
+
+An engine's file declares its methods with these objects (`Method("ngram", ..., LOOKUP)`);
+no other module interprets a draft kind: a check asks the object (`drafter.model`,
+`drafter.replays`, `drafter.perfect`, `drafter.proposes(...)`, `drafter.cover(case)`).
+Adding a method is one object here or in an engine's file; adding a kind of drafter is one
+class here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# how a proposal is drawn from the draft's law (properties/acceptance_sampled.py):
+#   "greedy"   the draft's argmax, verified as one-hot q (vLLM's default draft_sample_method)
+#   "sampled"  drawn from q, the draft's processed law (the textbook rule)
+PROPOSALS = ("greedy", "sampled")
+# how a round's proposals are verified against the target: token by token, each accepted with
+# min(1, p/q) and the first rejection resampled from the normalized residual
+VERIFICATIONS = ("token-wise",)
+
+
+@dataclass(frozen=True)
+class ModelDraft:
+    """A stand-alone draft language model whose weights the kit holds (an export of its own,
+    or the target itself): it proposes in every round, and the kit replays its greedy
+    counters and the exact law of its accepted count from `model`'s next logits."""
+
+    model: str            # the served model it is: a name of models/served.MODELS, or of a
+                          # trained pair (properties/export/trained.py); "target": a perfect draft
+    trained_only: bool = False   # only a trained pair has it (--models trained, trained-large)
+
+    replays = True        # the kit computes what it proposes
+    lookup = False
+
+    @property
+    def perfect(self) -> bool:
+        """The target drafts for itself: every proposal must be accepted."""
+        return self.model == "target"
+
+    @property
+    def export(self) -> str:
+        """The directory (of an export) the engine loads the draft from."""
+        return self.model
+
+    def proposes(self, prompt, tokens) -> bool:
+        """Whether some judged position (1 .. len(tokens) - 1) was drafted: a draft model
+        proposes in every round, so in every request of two or more tokens."""
+        return len(tokens) >= 2
+
+    def cover(self, case):
+        return case
+
+    def describe(self) -> str:
+        return "the target itself" if self.perfect else f"draft model {self.model}"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A drafter that only looks up the context (n-gram, prompt lookup): it proposes where the
+    context's last `min_n` .. `max_n` tokens occurred before, what followed them. Nothing of
+    its proposals is a model's law, so acceptance is not replayed; whether it proposed at a
+    judged position is."""
+
+    min_n: int = 1
+    max_n: int = 3
+
+    model = None
+    replays = False
+    lookup = True
+    perfect = False
+    trained_only = False
+    export = None
+
+    def proposes(self, prompt, tokens) -> bool:
+        context = tuple(prompt)
+        return any(lookup_proposes(context + tuple(tokens[:i]), self.min_n, self.max_n)
+                   for i in range(1, len(tokens)))
+
+    def cover(self, case):
+        """The case as a lookup can speculate it: the prompt prefixed with COVER, which holds
+        every token of the served vocabulary after its first position (llama.cpp never matches
+        at position 0), so that whatever token is sampled a lookup of one token matches and
+        proposes what followed it: every judged position after the first is speculated, and
+        proposals are both accepted and rejected."""
+        if set(case.prompt) >= set(COVER):
+            return case
+        return case.replace(prompt=COVER + tuple(case.prompt))
+
+    def describe(self) -> str:
+        return f"lookup of {self.min_n}-{self.max_n} tokens in the context"
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A drafter the kit was not told of (a server checked by URL alone), or none (the
+    baseline): nothing about its proposals is replayed."""
+
+    what: str = "unknown"     # "unknown" or "none"
+
+    model = None
+    replays = False
+    lookup = False
+    perfect = False
+    trained_only = False
+    export = None
+
+    def proposes(self, prompt, tokens) -> bool | None:
+        return None
+
+    def cover(self, case):
+        return case
+
+    def describe(self) -> str:
+        return "no draft" if self.what == "none" else "a drafter the kit was not told of"
+
+
+Drafter = ModelDraft | Lookup | Unknown
+
+PERFECT = ModelDraft("target")
+EARLY_EXIT = ModelDraft("draft-early-exit")
+RANDOM = ModelDraft("draft-random")
+SMALL = ModelDraft("draft-small", trained_only=True)
+LOOKUP = Lookup()
+UNKNOWN = Unknown()
+NONE = Unknown("none")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One speculative method of an engine."""
+
+    name: str                 # the engine's name for it (the launcher's METHOD argument)
+    description: str
+    drafter: Drafter
+    k: int = 4                # tokens drafted per round, at most
+    # the proposal convention, where the method fixes it; None: the engine's dialect declares
+    # it (Dialect.draft_proposals), else the acceptance check tries both
+    proposals: str | None = None
+    verification: str = "token-wise"
+
+    def __post_init__(self):
+        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown)):
+            raise TypeError(f"Method {self.name!r}: drafter={self.drafter!r} is not a Drafter "
+                            f"(properties.methods: ModelDraft, Lookup, Unknown; e.g. PERFECT)")
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise ValueError(f"Method {self.name!r}: k={self.k!r}, must be an int >= 1")
+        if self.proposals is not None and self.proposals not in PROPOSALS:
+            raise ValueError(f"Method {self.name!r}: proposals={self.proposals!r}, choose from "
+                             f"{PROPOSALS}")
+        if self.verification not in VERIFICATIONS:
+            raise ValueError(f"Method {self.name!r}: verification={self.verification!r}, "
+                             f"choose from {VERIFICATIONS}")
+
+
+# --served-draft=NAME, for a server checked by URL (the launcher hands its Method instead)
+DRAFTERS = {"unknown": UNKNOWN, "perfect": PERFECT, "draft-early-exit": EARLY_EXIT,
+            "draft-random": RANDOM, "ngram": LOOKUP, "none": NONE}
+
+
+def option_of(drafter) -> str:
+    """The --served-draft name of a drafter ("unknown" where it has none)."""
+    return next((name for name, d in DRAFTERS.items() if d == drafter), "unknown")
+
+
+def by_option(draft: str, k: int = 4) -> Method:
+    """The method of a server described on the command line (--served-draft, --served-k)."""
+    if draft not in DRAFTERS:
+        raise ValueError(f"--served-draft={draft}: choose from {', '.join(DRAFTERS)}")
+    return Method(draft, f"--served-draft={draft}", DRAFTERS[draft], k)
+
+
+# every token of the served models' 32-token vocabulary, in a fixed order that no two-token
+# pattern repeats in, after a first token that lookups skip
+COVER = (0,) + tuple((7 * i + 3) % 32 for i in range(32))
+
+
+def lookup_proposes(context, min_n: int = 1, max_n: int = 3) -> bool:
+    """Whether prompt lookup proposes after `context`: some suffix of `min_n` .. `max_n`
+    tokens occurs earlier in it with a token after the occurrence (the proposal)."""
+    ctx = tuple(context)
+    for n in range(min(max_n, len(ctx) - 1), min_n - 1, -1):
+        tail = ctx[-n:]
+        if any(ctx[i:i + n] == tail for i in range(len(ctx) - n)):
+            return True
+    return False
