@@ -178,9 +178,8 @@ class Launch:
 
     def record_outcome(self, session, data: dict) -> None:
         """result.json (and the results file) of the run, from the session's verdict."""
-        matched = {n: s for e in data["families"].values()
-                   for n, s in ((n, session.known_matched.get(n, ""))
-                                for n in e["known_failures"])}
+        matched = {n: session.known_matched.get(n, "") for e in data["families"].values()
+                   for n in e["known_failures"]}
         self.record.update(
             verdict=data["verdict"], verdict_text=data["verdict_text"],
             summary=_families(data), restarts=self.restarts,
