@@ -56,10 +56,15 @@ The parts (each package's docstring, or its files', says more):
                  Session class there, served by the kit's stdlib-only worker (inprocess.py,
                  python_api.py) as any server; local.py finds the engines' environments,
                  gguf_convert.py drives llama.cpp's converter
-    serve/       the launcher: ``python -m properties.serve run ENGINE METHOD`` starts an
-                 engine and its baseline, runs the served families, stops them
+    serve/       a production engine as part of the kit's run (``pytest properties/
+                 --engine=NAME --method=NAME``; ``python -m properties.serve run ENGINE METHOD``
+                 builds those arguments): run.py's Launch, held by the session, exports, starts
+                 the engine and its baseline, restarts, shows speculation, measures the
+                 speed-up, stops them
     export/      the kit's checkpoints as Hugging Face directories, the trained pair, recipes
-    plugin/      the pytest plugin (conftest.py only loads it)
+    plugin/      the pytest plugin (conftest.py only loads it): kit.py (options, applicability,
+                 outcomes, known failures, the summary), served.py (the served options and the
+                 served Impl, built configured), say.py (the kit's lines during a run)
     report/      ``--kit-report=DIR``: the evidence behind a verdict as an HTML page
     examples/    an engine exposed with the chapter's API, as an author would expose theirs
                  (``--impl=properties/examples/chapter_engine.py``)
