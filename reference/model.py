@@ -197,6 +197,19 @@ class Qwen3(nn.Module):
         cache.advance(ids.shape[1])
         return self.lm_head(self.model.norm(x))
 
+    def forward_hidden(self, ids, cache, hidden, positions=None, mask=None):
+        """forward, also returning the hidden states `hidden` (a reference.hidden.HiddenStates)
+        names: (logits [B, T, V], features [B, T, hidden.width(H)]). The same blocks in the
+        same order as forward, so the logits are forward's, bit for bit."""
+        positions, mask = prepare_inputs(ids, cache, positions, mask, self.config.vocab_size)
+        x = self.model.embed_tokens(ids)
+        states = [x]  # states[i]: the residual stream after i blocks, [B, T, H]
+        for block in self.layers:
+            x = block(x, cache, positions, mask)
+            states.append(x)
+        cache.advance(ids.shape[1])
+        return self.lm_head(self.model.norm(x)), hidden.pick(states, self.model.norm)
+
 
 class EarlyExit(nn.Module):
     """The draft that is the target's first n layers, then its final norm and head.

@@ -22,6 +22,9 @@ from reference.committed import Committed
 from reference.inputs import (check_generate_args, check_k, check_same_vocabulary, device_of,
                               vocab_size)
 from reference.proposers import DraftProposer, PromptLookup, PromptLookupProposer
+from reference.heads import is_head
+from reference.heads.proposer import head_proposer
+from reference.hidden import forward_hidden
 from reference.sampling import (Sampler, SamplingParams, check_distribution, check_sampling_args,
                                 greedy_token)
 from reference.tree import CHAPTER_TREE
@@ -35,7 +38,8 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     """Generate with a draft; the output is exactly what the target alone would produce
     (token for token when greedy, in distribution when sampling). Returns (tokens, stats).
 
-    draft: a model sharing the target's vocabulary, or a PromptLookup.
+    draft: a model sharing the target's vocabulary, a PromptLookup, or a feature-level head
+        (reference.heads: EAGLE, EAGLE-3, Medusa, MTP), fed the target's verified hidden states.
     adaptive: treat k as the largest k, choose each round's k by expected speedup.
     tree: tree verification instead of a chain (see tree.py; greedy, or exact sampling at a
         temperature): True for the chapter's 2 children at 3 depths, or the branching factor
@@ -44,9 +48,12 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     ids, stop = check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
     check_k(k)
-    lookup = isinstance(draft, PromptLookup)
+    lookup, head = isinstance(draft, PromptLookup), is_head(draft)
     if not lookup:
         check_same_vocabulary(draft, target)
+    if tree and head:
+        raise ValueError(f"tree={tree!r} needs a model draft; a {type(draft).__name__} drafts "
+                         f"a chain (leave tree=False)")
     if tree:
         return _hand_off_to_tree(target, draft, ids, max_new_tokens, stop, tree, adaptive,
                                  temperature, top_k, top_p, generator)
@@ -57,10 +64,12 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     capacity = ids.numel() + max_new_tokens + useful_k(k, max_new_tokens) + 1
     t_cache = target.new_cache(1, capacity)
     proposer = (PromptLookupProposer(draft, vocab_size(target), device) if lookup
+                else head_proposer(draft, capacity, sampler, device) if head
                 else DraftProposer(draft, capacity, sampler, device))
+    run_target = _target_forward(target, t_cache, proposer)
     k_policy = AdaptiveK(k, draft_cost) if adaptive else FixedK(k)
     if ids.numel() > 1:  # the invariant from the start: all of the prompt but its last token
-        target(ids[None, :-1], t_cache)
+        run_target(ids[None, :-1])
         proposer.prefill(ids)
     seq = Committed(ids.tolist(), max_new_tokens, stop)
 
@@ -70,7 +79,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         # One target forward over the newest token and the proposals: by the invariant, row i
         # is the target's next-token logits after the committed sequence and i proposals.
         block = torch.tensor([[seq.context[-1]] + proposals], device=device)
-        new_tokens, accepted = verify(target(block, t_cache)[0], proposals, q, sampler)
+        new_tokens, accepted = verify(run_target(block), proposals, q, sampler)
         # Commit: the target wrote the newest token and every proposal; keeping the newest and
         # the accepted ones restores the invariant (the proposer does the same for the draft).
         t_cache.truncate(base + accepted + 1)
@@ -79,6 +88,22 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         k_policy.update(accepted, len(proposals))
     return seq.output, seq.stats()
 
+
+
+def _target_forward(target, cache, proposer):
+    """ids [1, T] -> the target's logits [T, V], written to `cache`. A head's proposer (one that
+    names the hidden states it reads, `proposer.hidden`) is handed the same forward's hidden
+    states, [T, width], so that it drafts from what the target itself computed; every other
+    proposer gets the plain forward."""
+    hidden = getattr(proposer, "hidden", None)
+    if hidden is None:
+        return lambda ids: target(ids, cache)[0]
+
+    def forward(ids):
+        logits, features = forward_hidden(target, ids, cache, hidden)
+        proposer.saw(features[0])
+        return logits[0]
+    return forward
 
 def verify(target_logits, proposals, q, sampler):
     """Accept a prefix of the proposals, then add one token of the target's own: the correction

@@ -1,0 +1,75 @@
+"""One multi-token-prediction layer (DeepSeek-V3, 2024; Xiaomi's MiMo, 2025): the next feature
+from its current one and the next token, read with the target's own final norm and lm_head.
+
+At position j it reads the pair (h_j, t_{j+1}): the target's hidden state h_j (by default the
+input of its final norm) and the token after it. Each is RMS-normalized by a norm of its own
+(enorm, hnorm), the two are concatenated and projected 2H -> H (eh_proj), one transformer block
+runs over the result with a KV cache of the earlier pairs, and the target's final norm and
+lm_head turn the block's output into the law of t_{j+2}. For k > 1 the same layer is chained,
+as engines do with one MTP layer: its output is the h of the next pair.
+
+Two conventions differ between checkpoints and engines, so they are parameters:
+  order    "embedding-first": eh_proj reads [enorm(e), hnorm(h)] (DeepSeek-V3);
+           "hidden-first": [hnorm(h), enorm(e)] (MiMo)
+  recycle  what feeds the next chained pair: "output", the block's output (the final norm's
+           input, like the h the target gives); "normed", after the final norm (what vLLM's
+           DeepSeek MTP recycles)
+"""
+
+import torch
+import torch.nn as nn
+
+from reference.heads.base import check_pairs, new_cache, one_layer, share_target
+from reference.hidden import HiddenStates, last_layer
+from reference.model import Block, RMSNorm
+
+ORDERS = ("embedding-first", "hidden-first")
+RECYCLES = ("output", "normed")
+
+
+class MTPLayer(nn.Module):
+    def __init__(self, target, hidden: HiddenStates | None = None, order="embedding-first",
+                 recycle="output"):
+        super().__init__()
+        c = target.config
+        self.config = one_layer(c)
+        self.hidden = last_layer(c.num_hidden_layers) if hidden is None else hidden
+        if not isinstance(self.hidden, HiddenStates) or len(self.hidden.layers) != 1:
+            raise ValueError(f"MTPLayer reads one hidden state of the target: hidden must be a "
+                             f"HiddenStates of one layer, got {hidden!r}")
+        self.hidden.indices(c.num_hidden_layers)
+        if order not in ORDERS:
+            raise ValueError(f"MTPLayer: order must be one of {ORDERS}, got {order!r}")
+        if recycle not in RECYCLES:
+            raise ValueError(f"MTPLayer: recycle must be one of {RECYCLES}, got {recycle!r}")
+        self.order, self.recycle = order, recycle
+        H = c.hidden_size
+        self.enorm = RMSNorm(H, c.rms_norm_eps)
+        self.hnorm = RMSNorm(H, c.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * H, H, bias=False)
+        self.mtp_block = Block(self.config, 0)
+        share_target(self, target)
+
+    @property
+    def draft_to_target(self):
+        return None
+
+    def new_cache(self, capacity: int):
+        return new_cache(self.config, capacity, self.eh_proj.weight)
+
+    def start(self, features):
+        """The target's hidden states [B, T, H] as the layer's h: used as they are."""
+        return features
+
+    def forward(self, tokens, h, cache):
+        """tokens [B, T] (t_{j+1}), h [B, T, H] at positions cache.length + t -> (logits
+        [B, T, V] for t_{j+2}, the h of the next pair [B, T, H])."""
+        positions, mask = check_pairs(tokens, h, self.config.hidden_size, cache,
+                                      self.config.vocab_size, "MTPLayer")
+        e = self.enorm(self.target.model.embed_tokens(tokens))
+        n = self.hnorm(h)
+        x = self.eh_proj(torch.cat([e, n] if self.order == "embedding-first" else [n, e], -1))
+        out = self.mtp_block(x, cache, positions, mask)   # [B, T, H]
+        cache.advance(tokens.shape[1])
+        normed = self.target.model.norm(out)
+        return self.target.lm_head(normed), (out if self.recycle == "output" else normed)

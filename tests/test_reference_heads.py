@@ -1,0 +1,200 @@
+"""The feature-level heads as reference proposers (reference/heads/): greedy output is the
+target's own, every round's proposals are the head's math computed by hand from the target's
+verified features, and bad input is refused by name. The sampled law and acceptance:
+tests/test_reference_heads_law.py."""
+
+import pytest
+import torch
+
+import reference.speculative as speculative
+from fast.testing import one_thread
+from reference.heads import Eagle3Head, EagleHead, MedusaHeads, MTPLayer
+from reference.heads.proposer import head_proposer
+from reference.heads.random import random_head
+from reference.hidden import HiddenStates
+from reference.model import Config, random_model
+from reference.speculative import greedy_generate, speculative_generate
+from tests import heads_by_hand as by_hand
+from tests.heads_by_hand import small_target
+
+PROMPTS = [[1, 2, 3, 4, 5, 6], [9], [40, 40, 7, 40, 40], [63, 0, 31, 32, 8, 8, 8, 20, 11]]
+# every head kind, and the conventions that change what a head computes
+HEADS = {
+    "eagle": dict(kind="eagle"),
+    "eagle-normed": dict(kind="eagle", hidden=HiddenStates((3,), normed=True)),
+    "eagle3": dict(kind="eagle3"),
+    "eagle3-d2t": dict(kind="eagle3", draft_vocab=list(range(63, 0, -2)) + [2, 4]),
+    "medusa": dict(kind="medusa", num_heads=3),
+    "mtp": dict(kind="mtp"),
+    "mtp-mimo": dict(kind="mtp", order="hidden-first", recycle="normed",
+                     hidden=HiddenStates((2,), "output")),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def target():
+    return small_target()
+
+
+@pytest.fixture(scope="module")
+def heads(target):
+    out = {}
+    for i, (name, spec) in enumerate(HEADS.items()):
+        options = {key: value for key, value in spec.items() if key != "kind"}
+        out[name] = (spec["kind"], random_head(spec["kind"], target, seed=10 + i, **options))
+    return out
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_greedy_output_is_the_targets_greedy(target, heads, name):
+    _, head = heads[name]
+    for prompt in PROMPTS:
+        reference = greedy_generate(target, prompt, 20)
+        for k in (1, 2, 5):
+            tokens, stats = speculative_generate(target, head, prompt, 20, k=k)
+            assert tokens == reference, (name, prompt, k)
+            assert stats["rounds"] <= 20
+
+
+def recorded_rounds(monkeypatch, log, make=head_proposer):
+    """speculative_generate's head proposers, each round logged: (context, proposals, q, the
+    features the proposer held)."""
+    def recording(head, capacity, sampler, device):
+        proposer = make(head, capacity, sampler, device)
+        propose = proposer.propose
+
+        def logged(context, k):
+            proposals, q = propose(context, k)
+            held = None if proposer.features is None else proposer.features.clone()
+            log.append((list(context), proposals, q, held))
+            return proposals, q
+        proposer.propose = logged
+        return proposer
+    monkeypatch.setattr(speculative, "head_proposer", recording)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", HEADS)
+def test_every_rounds_proposals_are_the_heads_math_by_hand(target, heads, name, temperature,
+                                                           monkeypatch):
+    """In every round of whole runs (accepting and rejecting): the proposer holds the target's
+    features of every committed token but the newest, as the blocks computed one by one give
+    them; its proposals are the argmax of the head's law computed by hand from those features
+    (greedy), or drawn from q, which is that law on the target's vocabulary (sampling)."""
+    kind, head = heads[name]
+    log = []
+    recorded_rounds(monkeypatch, log)
+    generator = torch.Generator().manual_seed(5)
+    for prompt in PROMPTS:
+        speculative_generate(target, head, prompt, 12, k=3, temperature=temperature,
+                             generator=generator)
+    assert len(log) >= 4 * len(PROMPTS)
+    drafted = 0
+    for context, proposals, q, held in log:
+        if len(context) == 1:
+            assert held is None and proposals == []   # nothing verified yet: nothing to draft from
+            continue
+        features = by_hand.target_features(target, context[:-1], head.hidden)
+        torch.testing.assert_close(held, features, rtol=0, atol=1e-12)
+        # k = 3, fewer near the end (useful_k), and at most one per Medusa head
+        assert 1 <= len(proposals) <= (min(3, head.num_heads) if kind == "medusa" else 3)
+        laws = by_hand.laws(kind, head, target, features, context, proposals)
+        if temperature == 0:
+            assert proposals == [by_hand.greedy_proposal(head, law) for law in laws]
+        else:
+            for token, law, given in zip(proposals, laws, q):
+                placed = by_hand.on_target_vocab(head, torch.softmax(law, -1))
+                torch.testing.assert_close(given, placed, rtol=0, atol=1e-12)
+                assert given[token] > 0
+        drafted += len(proposals)
+    assert drafted > 0
+
+
+def test_a_one_token_prompt_drafts_from_the_second_round(target, heads, monkeypatch):
+    log = []
+    recorded_rounds(monkeypatch, log)
+    _, head = heads["eagle"]
+    tokens, _ = speculative_generate(target, head, [9], 6, k=2)
+    assert tokens == greedy_generate(target, [9], 6)
+    assert log[0][1] == [] and all(len(p) == 2 for _, p, _, _ in log[1:-1])
+
+
+def test_a_draft_vocabulary_only_proposes_mapped_tokens(target, heads):
+    _, head = heads["eagle3-d2t"]
+    mapped = set(HEADS["eagle3-d2t"]["draft_vocab"])
+    proposer = head_proposer(head, 32, speculative.Sampler(speculative.SamplingParams(1.0),
+                                                            torch.Generator().manual_seed(0)),
+                             torch.device("cpu"))
+    ids = [1, 2, 3, 4]
+    proposer.saw(target.forward_hidden(torch.tensor([ids[:-1]]), target.new_cache(1, 32),
+                                       head.hidden)[1][0])
+    proposer.prefill(torch.tensor(ids))
+    proposals, q = proposer.propose(ids, 4)
+    assert set(proposals) <= mapped
+    for law in q:
+        assert float(law.sum()) == pytest.approx(1, abs=1e-12)
+        assert set(law.nonzero()[:, 0].tolist()) <= mapped
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+def test_heads_refuse_bad_construction(target):
+    two = HiddenStates((1, 2))
+    with pytest.raises(ValueError, match="EagleHead reads one hidden state"):
+        EagleHead(target, two)
+    with pytest.raises(ValueError, match="MTPLayer reads one hidden state"):
+        MTPLayer(target, two)
+    with pytest.raises(ValueError, match="MedusaHeads read one hidden state"):
+        MedusaHeads(target.config, 2, two)
+    with pytest.raises(ValueError, match="num_heads must be an int >= 1, got 0"):
+        MedusaHeads(target.config, 0)
+    with pytest.raises(ValueError, match="order must be one of"):
+        MTPLayer(target, order="sideways")
+    with pytest.raises(ValueError, match="recycle must be one of"):
+        MTPLayer(target, recycle="later")
+    with pytest.raises(ValueError, match="layer 9 is past the target's 4 layers"):
+        EagleHead(target, HiddenStates((9,)))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        random_head("hydra", target)
+    with pytest.raises(ValueError, match="need a target of >= 3 layers"):
+        Eagle3Head(random_model(Config(num_hidden_layers=2)).config)
+
+
+@pytest.mark.parametrize("draft_vocab, message", [
+    ([], "non-empty"), ([3, 3], "names a target token twice"), ([1, 64], "token id 64"),
+    ([-1], "token id -1"), ([1.5], "non-empty 1-D sequence of target token ids")])
+def test_a_bad_draft_vocabulary_is_refused(target, draft_vocab, message):
+    with pytest.raises(ValueError, match=message):
+        Eagle3Head(target.config, draft_vocab=draft_vocab)
+
+
+def test_heads_refuse_inputs_of_the_wrong_shape(target, heads):
+    _, eagle = heads["eagle"]
+    _, eagle3 = heads["eagle3"]
+    _, medusa = heads["medusa"]
+    tokens = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match=r"EagleHead: h must be \[batch, tokens, 32\]"):
+        eagle(tokens, torch.zeros(1, 2, 96, dtype=torch.float64), eagle.new_cache(4))
+    with pytest.raises(ValueError, match="must pair up one to one"):
+        eagle(tokens, torch.zeros(1, 3, 32, dtype=torch.float64), eagle.new_cache(4))
+    with pytest.raises(ValueError, match=r"features must end in 96 \(input of layers 1, 2, 3\)"):
+        eagle3.start(torch.zeros(1, 2, 32, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"MedusaHeads: features must be \[batch, tokens, 32\]"):
+        medusa(torch.zeros(2, 32, dtype=torch.float64))
+
+
+def test_speculative_generate_refuses_heads_where_they_cannot_draft(target, heads):
+    _, head = heads["eagle"]
+    with pytest.raises(ValueError, match="tree=True needs a model draft; a EagleHead drafts a chain"):
+        speculative_generate(target, head, [1, 2], 4, tree=True)
+    other = random_model(Config(vocab_size=32, hidden_size=32, intermediate_size=64,
+                                num_hidden_layers=4, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=8), dtype=torch.float64)
+    with pytest.raises(ValueError, match="share a vocabulary: draft vocab_size=32"):
+        speculative_generate(target, random_head("eagle", other), [1, 2], 4)
