@@ -50,7 +50,12 @@ def top_tokens(logits, b):
 
 
 class Tree:
-    """Node 0 is `last`; nodes are numbered breadth-first, each with a parent and a depth."""
+    """Node 0 is `last`; every other node has a parent with a smaller index, and the nodes of one
+    depth are contiguous (levels in order), so a level is fed to a model as one block whose cache
+    slots are base + index. A fixed shape is Tree(branching) (breadth first, branching[d]
+    children under every node at depth d); any other tree, a dynamic tree's round included, is
+    Tree.from_parents(parents): depth, children, the ancestor mask and positions all follow
+    from the parent array."""
 
     def __init__(self, branching):
         if (isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__")
@@ -58,19 +63,44 @@ class Tree:
                 or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in branching)):
             raise ValueError(f"tree branching must be a non-empty sequence of ints >= 1, got {branching!r}")
         self.branching = tuple(branching)
-        self.parent, self.depth = [-1], [0]
-        frontier = [0]
-        for d, b in enumerate(branching, start=1):
+        parent, frontier = [-1], [0]
+        for b in branching:
             next_frontier = []
             for node in frontier:
                 for _ in range(b):
-                    self.parent.append(node)
-                    self.depth.append(d)
-                    next_frontier.append(len(self.parent) - 1)
+                    parent.append(node)
+                    next_frontier.append(len(parent) - 1)
             frontier = next_frontier
+        self._layout(parent)
+
+    @classmethod
+    def from_parents(cls, parents):
+        """A general tree from parents[i] (parents[0] == -1, the root; parents[i] < i; depths
+        nondecreasing with the index, so that each level is contiguous)."""
+        parents = list(parents)
+        if not parents or parents[0] != -1 or any(
+                not isinstance(p, int) or isinstance(p, bool) or not 0 <= p < i
+                for i, p in enumerate(parents[1:], start=1)):
+            raise ValueError(f"parents must start with -1 and give every later node an earlier "
+                             f"parent, got {parents!r}")
+        tree = cls.__new__(cls)
+        tree.branching = None
+        tree._layout(parents)
+        if any(a > b for a, b in zip(tree.depth, tree.depth[1:])):
+            raise ValueError(f"parents must number the nodes level by level (depths "
+                             f"nondecreasing), got depths {tree.depth} from parents={parents!r}")
+        return tree
+
+    def _layout(self, parent):
+        self.parent = list(parent)
+        self.depth = [0]
+        for p in parent[1:]:
+            self.depth.append(self.depth[p] + 1)
         self.size = len(self.parent)
-        self.children = [[c for c in range(self.size) if self.parent[c] == node]
-                         for node in range(self.size)]
+        self.depth_max = max(self.depth)
+        self.children = [[] for _ in range(self.size)]
+        for c in range(1, self.size):
+            self.children[self.parent[c]].append(c)
         # ancestors[i, j]: node j is node i or one of its ancestors.
         self.ancestors = torch.eye(self.size, dtype=torch.bool)
         for i in range(1, self.size):
@@ -102,7 +132,7 @@ def draft_tree(draft, d_cache, tree, last, base, sampler, device):
     Returns (tokens [size] as a list, q: node -> the distribution its children were drawn from,
     sampling only)."""
     tokens, q_at = [last] + [0] * (tree.size - 1), {}
-    for d in range(len(tree.branching)):
+    for d in range(tree.depth_max):
         nodes = tree.level(d)
         feed = torch.tensor([[tokens[i] for i in nodes]], device=device)
         logits = draft(feed, d_cache, tree.positions(nodes, base, device),
@@ -154,9 +184,13 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
                   temperature=0.0, top_k=0, top_p=1.0, generator=None):
     """Speculative decoding with a token tree; ids [P] on the target's device (checked by the
     caller, reference.speculative.tree_generate). Greedy at temperature 0, else exact sampling."""
+    if branching == "dynamic" or hasattr(branching, "budget"):
+        from reference.dynamic_tree import dynamic_tree_generate  # imports this module
+        return dynamic_tree_generate(target, draft, ids, max_new_tokens, stop, branching,
+                                     temperature, top_k, top_p, generator)
     tree = Tree(branching)
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), generator)
-    depth = len(tree.branching)
+    depth = tree.depth_max
     device = ids.device
     capacity = ids.numel() + max_new_tokens + tree.size
     t_cache, d_cache = target.new_cache(1, capacity), draft.new_cache(1, capacity)
@@ -177,15 +211,20 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
         else:
             path, after = sampled_path(tree, tokens, q_at, target_logits, sampler)
         new_tokens = [tokens[i] for i in path] + [after]
-        # Keep `last` and the accepted path, contiguous after the prefix. The draft never fed
-        # the leaves, so a path that reaches full depth leaves one token for the draft to feed.
-        t_cache.move([base + i for i in path], base + 1)
-        t_cache.truncate(base + 1 + len(path))
-        fed = [i for i in path if tree.depth[i] < depth]
-        d_cache.move([base + i for i in fed], base + 1)
-        d_cache.truncate(base + 1 + len(fed))
-        if len(fed) < len(path):
-            draft(torch.tensor([[tokens[path[-1]]]], device=device), d_cache)
+        keep_path(tree, tokens, path, base, t_cache, draft, d_cache, device)
         # A round can accept at most `depth` proposals (one per level): that is what it proposed.
         seq.add(new_tokens, len(path), depth)
     return seq.output, seq.stats()
+
+
+def keep_path(tree, tokens, path, base, t_cache, draft, d_cache, device):
+    """Keep `last` and the accepted path, contiguous after the prefix, in both caches (node i's
+    entry sits at slot base + i). The draft fed every level but the deepest, so a path that
+    reaches the deepest level leaves one token for the draft to feed."""
+    t_cache.move([base + i for i in path], base + 1)
+    t_cache.truncate(base + 1 + len(path))
+    fed = [i for i in path if tree.depth[i] < tree.depth_max]
+    d_cache.move([base + i for i in fed], base + 1)
+    d_cache.truncate(base + 1 + len(fed))
+    if len(fed) < len(path):
+        draft(torch.tensor([[tokens[path[-1]]]], device=device), d_cache)
