@@ -9,6 +9,7 @@ import weakref
 
 from fast import checks
 from fast.engine import FastEngine, graphs_wanted, is_drafter
+from fast.dynamic import Layout, check_dynamic_tree, is_dynamic
 from fast.tree import TreeShape, check_tree
 from fast.weights import check_model, model_weights
 from reference.sampling import SamplingParams
@@ -141,11 +142,15 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), sto
     prompt = checks.check_prompt(prompt_ids, vocab, "prompt_ids")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    tree = check_tree(tree, vocab)
+    if is_dynamic(tree):        # a tree grown per round (fast/dynamic.py)
+        tree = check_dynamic_tree(tree, vocab)
+        size = Layout(tree, "cpu").size
+    else:
+        tree = check_tree(tree, vocab)
+        size = TreeShape(tree, "cpu").size
     if is_drafter(draft):
         raise ValueError(f"draft must be a Qwen3-family model for tree verification, got "
                          f"{type(draft).__name__}")
-    size = TreeShape(tree, "cpu").size
     engine = _engine(target, draft, [prompt], [max_new_tokens], size, "tree", tree, cuda_graphs)
     outputs, stats = engine.generate_tree([prompt], max_new_tokens, tree, stop_ids, temperature,
                                           generator, top_k=top_k, top_p=top_p)

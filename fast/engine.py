@@ -23,6 +23,7 @@ import torch
 from fast import checks
 from fast.commit import Rows, commit
 from fast.drafter import ModelDrafter
+from fast.dynamic import generate_dynamic, is_dynamic
 from fast.graphs import StepRunner
 from fast.runner import ModelRunner, padded_prompts
 from fast.sampling import Sampler
@@ -162,7 +163,11 @@ class FastEngine:
         """Tree speculation for a batch (fast/tree.py): one target call per round over the
         whole tree. Greedy at temperature 0 (each row is the target's greedy continuation),
         else exact sampling (each row distributed as the target's sampling). Needs a model
-        draft: the tree is grown from the draft's distributions."""
+        draft: the tree is grown from the draft's distributions. tree="dynamic" or a
+        reference.dynamic_tree.DynamicTree: a tree grown per round and row (fast/dynamic.py)."""
+        if is_dynamic(tree):
+            return generate_dynamic(self, prompts, max_new_tokens, tree, stop_ids, temperature,
+                                    generator, top_k=top_k, top_p=top_p)
         if not hasattr(self.drafter, "runner"):
             raise ValueError("draft must be a Qwen3-family model for tree verification, got a "
                              f"{type(self.drafter).__name__} drafter")
