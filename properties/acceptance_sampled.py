@@ -17,10 +17,22 @@ no weight below it, so it is pruned; nothing else is (the sum is exact in float6
     P(A = a) = P(A >= a) - P(A >= a + 1).
 
 Two conventions for the proposals (engines differ):
-    "sampled"  x_j is drawn from q_j (the textbook rule); with the target as its own draft
-               min(p, p) = p sums to 1 at every node, so every level weighs 1: A = n surely
+    "sampled"  x_j is drawn from q_j (the textbook rule; vLLM's draft_sample_method=
+               "probabilistic"); with the target as its own draft min(p, p) = p sums to 1 at
+               every node, so every level weighs 1: A = n surely
     "greedy"   x_j is the draft's argmax (lowest index on a tie) and q_j is one-hot there, so
                the tree is one path and P(accept) = p_j(x_j)
+
+Two verification rules (reference/speculative.py verify, reference/block.py):
+    "token-wise"  the rule above: a node's weight is prod_{j <= i} min(p_j(x_j), q_j(x_j))
+    "block"       block verification (Sun et al. 2024): the round accepts i or more with
+                  probability w_i given x_<=i, so a node carries
+                      W_i(x_<=i) = min(Q(x_<=i), W_{i-1}(x_<i) p_i(x_i)),  W_0 = 1,
+                  Q(x_<=i) = prod_{j <= i} q_j(x_j) the draft's probability of the path, and
+                  P(A >= i) is again the weight of level i (reference/block.py proves it).
+                  Since W_{i-1} <= Q(x_<i), W_i >= W_{i-1} min(p_i(x_i), q_i(x_i)): level by
+                  level at least token-wise's weight (equal for one proposal, for one-hot q,
+                  i.e. greedy proposals, and for q = p)
 
 Accepted counts of independent rounds add; `sum_law` convolves their laws exactly, and
 `two_sided_p` reads the chance of a total at least as far out as the one observed from it (no
@@ -40,6 +52,7 @@ from properties import oracle
 from reference.sampling import SamplingParams, greedy_token
 
 PROPOSALS = ("sampled", "greedy")
+VERIFICATIONS = ("token-wise", "block")
 # Nodes of one round's tree evaluated at most (two forwards each): a larger tree is refused
 # with a clear error, and the check narrows top-k beforehand so that it never asks for one.
 MAX_NODES = 4096
@@ -97,14 +110,16 @@ def _next_logits(seqs: list, name: str) -> torch.Tensor:
 
 
 def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
-               proposals: str) -> list[RoundLaw]:
+               proposals: str, verification: str = "token-wise") -> list[RoundLaw]:
     """The law of the accepted count of a round of `drafted` proposals after each context
     (token tuples), for served model `draft` (a method's `drafter.model`; the target drafting
-    for itself is oracle.SERVED_TARGET) under `proposals`.
+    for itself is oracle.SERVED_TARGET) under `proposals` and `verification`.
     The trees of all contexts are walked level by level together (one forward per level and
     context length)."""
     if proposals not in PROPOSALS:
         raise ValueError(f"proposals={proposals!r}: choose from {PROPOSALS}")
+    if verification not in VERIFICATIONS:
+        raise ValueError(f"verification={verification!r}: choose from {VERIFICATIONS}")
     if not isinstance(drafted, int) or drafted < 0:
         raise ValueError(f"drafted must be an int >= 0, got {drafted!r}")
     contexts = [tuple(int(t) for t in c) for c in contexts]
@@ -112,35 +127,50 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
         raise ValueError("every context needs at least one token (the prompt)")
     name = draft
     if name == oracle.SERVED_TARGET and proposals == "sampled":
-        # q = p at every node: min(p, q) = p, whose level sums are 1 (a law sums to 1)
+        # q = p at every node: min(p, q) = p, whose level sums are 1 (a law sums to 1); under
+        # block verification W_i = min(Q, W_{i-1} p) = Q, whose level sums are 1 too
         return [RoundLaw((1.0,) * drafted) for _ in contexts]
+
+    def laws(seqs):
+        target = _next_logits(seqs, oracle.SERVED_TARGET)
+        p = _law(target, sampling)
+        q_logits = target if name == oracle.SERVED_TARGET else _next_logits(seqs, name)
+        if proposals == "greedy":
+            return p, torch.nn.functional.one_hot(greedy_token(q_logits), p.shape[-1]).double()
+        return p, _law(q_logits, sampling)
+
+    return tree_laws(contexts, drafted, laws, verification,
+                     f"narrow top_k (sampling={sampling!r})")
+
+
+def tree_laws(contexts, drafted: int, laws, verification: str = "token-wise",
+              advice: str = "a smaller tree") -> list[RoundLaw]:
+    """The walk behind round_laws, for any models: `laws(seqs) -> (p, q)`, the target's and
+    the proposals' laws [len(seqs), V] after each sequence (float64). Each node of the draft
+    tree is (context index, sequence, weight, Q: the draft's probability of its path); a child
+    of weight 0 carries none below it and is pruned."""
+    if verification not in VERIFICATIONS:
+        raise ValueError(f"verification={verification!r}: choose from {VERIFICATIONS}")
     reach = [[0.0] * drafted for _ in contexts]
-    nodes = [(i, c, 1.0) for i, c in enumerate(contexts)]   # (context index, sequence, weight)
+    nodes = [(i, tuple(c), 1.0, 1.0) for i, c in enumerate(contexts)]
     for level in range(drafted):
         if not nodes:
             break
         if len(nodes) > MAX_NODES * len(contexts):
             raise ValueError(f"the draft tree of {drafted} proposals has {len(nodes)} nodes at "
                              f"level {level} for {len(contexts)} contexts, more than MAX_NODES="
-                             f"{MAX_NODES} each: narrow top_k (sampling={sampling!r})")
-        seqs = [s for _, s, _ in nodes]
-        target = _next_logits(seqs, oracle.SERVED_TARGET)
-        p = _law(target, sampling)
-        if name == oracle.SERVED_TARGET:
-            q_logits = target
-        else:
-            q_logits = _next_logits(seqs, name)
-        if proposals == "greedy":
-            q = torch.nn.functional.one_hot(greedy_token(q_logits), p.shape[-1]).double()
-        else:
-            q = _law(q_logits, sampling)
-        m = torch.minimum(p, q)
+                             f"{MAX_NODES} each: {advice}")
+        p, q = laws([s for _, s, _, _ in nodes])
         children = []
-        for (i, s, w), row in zip(nodes, m):
-            reach[i][level] += w * float(row.sum())
+        for (i, s, w, path), p_row, q_row in zip(nodes, p, q):
+            if verification == "token-wise":
+                child = w * torch.minimum(p_row, q_row)
+            else:
+                child = torch.minimum(path * q_row, w * p_row)
+            reach[i][level] += float(child.sum())
             if level + 1 < drafted:
-                children += [(i, s + (x,), w * float(row[x])) for x in torch.nonzero(row > 0)
-                             .flatten().tolist()]
+                children += [(i, s + (x,), float(child[x]), path * float(q_row[x]))
+                             for x in torch.nonzero(child > 0).flatten().tolist()]
         nodes = children
     # rounding can lift a level a hair above the one before it (or 1)
     return [RoundLaw(tuple(min(1.0, r) for r in np.minimum.accumulate(row)) if row else ())
@@ -148,18 +178,19 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
 
 
 def cached_round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
-                      proposals: str) -> list[RoundLaw]:
+                      proposals: str, verification: str = "token-wise") -> list[RoundLaw]:
     """round_laws, computing only the contexts not seen before (batched) and caching them
     (many rounds share a context: a prompt and one of few first tokens)."""
     contexts = [tuple(int(t) for t in c) for c in contexts]
     # the law depends on temperature, top-k and top-p only (not on the seed or n)
     sampling = SamplingParams(sampling.temperature, sampling.top_k, sampling.top_p)
-    missing = sorted({c for c in contexts
-                      if not _in_cache(c, drafted, draft, sampling, proposals)})
+    key = (drafted, draft, sampling, proposals, verification)
+    missing = sorted({c for c in contexts if not _in_cache(c, *key)})
     if missing:
-        for c, law in zip(missing, round_laws(missing, drafted, draft, sampling, proposals)):
-            _cache[(c, drafted, draft, sampling, proposals)] = law
-    return [_cache[(c, drafted, draft, sampling, proposals)] for c in contexts]
+        for c, law in zip(missing, round_laws(missing, drafted, draft, sampling, proposals,
+                                              verification)):
+            _cache[(c, *key)] = law
+    return [_cache[(c, *key)] for c in contexts]
 
 
 _cache: dict = {}

@@ -12,12 +12,15 @@ prefix plus one token of the target's own, and adapts k. What makes that lossles
   whatever the draft's q, provided the proposal was drawn from q independently of the verdict.
   Greedy, acceptance means "equals the target's argmax". Either way every committed token
   follows the target's law given what precedes it, so the output is the target's own.
+  verification="block" judges a round's proposals jointly instead (block.py, Sun et al. 2024):
+  as lossless, and never fewer tokens accepted in expectation.
 """
 
 import torch
 
 from reference.adaptive_k import AdaptiveK, FixedK, useful_k
 from reference.adaptive_k import expected_speedup, expected_tokens_per_round  # noqa: F401 (API)
+from reference.block import block_accept, verify_block  # noqa: F401 (API)
 from reference.committed import Committed
 from reference.inputs import (check_generate_args, check_k, check_same_vocabulary, device_of,
                               vocab_size)
@@ -31,10 +34,13 @@ from reference.tree import CHAPTER_TREE
 from reference.tree import tree_generate as _tree_generate
 
 
+VERIFICATIONS = ("token-wise", "block")
+
+
 @torch.inference_mode()
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
                          stop_ids=(), generator=None, *, top_k=0, top_p=1.0, adaptive=False,
-                         draft_cost=0.05, tree=False):
+                         draft_cost=0.05, tree=False, verification="token-wise"):
     """Generate with a draft; the output is exactly what the target alone would produce
     (token for token when greedy, in distribution when sampling). Returns (tokens, stats).
 
@@ -44,10 +50,18 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     tree: tree verification instead of a chain (see tree.py; greedy, or exact sampling at a
         temperature): True for the chapter's 2 children at 3 depths, or the branching factor
         per depth, e.g. (3, 2, 1); k is then unused.
+    verification: "token-wise" (accept_or_correct at each position, up to the first rejection)
+        or "block" (block.py: the round's proposals judged jointly, Sun et al. 2024); both
+        are lossless, and block accepts at least as many tokens in expectation.
     """
     ids, stop = check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
     check_k(k)
+    if verification not in VERIFICATIONS:
+        raise ValueError(f"verification={verification!r}: choose from {VERIFICATIONS}")
+    if tree and verification != "token-wise":
+        raise ValueError(f"tree={tree!r} verifies a tree of its own; verification="
+                         f"{verification!r} is a rule for a chain: leave it 'token-wise'")
     lookup, head = isinstance(draft, PromptLookup), is_head(draft)
     if not lookup:
         check_same_vocabulary(draft, target)
@@ -72,6 +86,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         run_target(ids[None, :-1])
         proposer.prefill(ids)
     seq = Committed(ids.tolist(), max_new_tokens, stop)
+    rule = verify if verification == "token-wise" else verify_block
 
     while not seq.done:
         base = t_cache.length
@@ -79,7 +94,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
         # One target forward over the newest token and the proposals: by the invariant, row i
         # is the target's next-token logits after the committed sequence and i proposals.
         block = torch.tensor([[seq.context[-1]] + proposals], device=device)
-        new_tokens, accepted = verify(run_target(block), proposals, q, sampler)
+        new_tokens, accepted = rule(run_target(block), proposals, q, sampler)
         # Commit: the target wrote the newest token and every proposal; keeping the newest and
         # the accepted ones restores the invariant (the proposer does the same for the draft).
         t_cache.truncate(base + accepted + 1)
