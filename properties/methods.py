@@ -124,7 +124,59 @@ class Unknown:
         return "no draft" if self.what == "none" else "a drafter the kit was not told of"
 
 
-Drafter = ModelDraft | Lookup | Unknown
+@dataclass(frozen=True)
+class HeadDraft:
+    """A feature-level head (reference/heads/: EAGLE, EAGLE-3, Medusa, MTP) that drafts from
+    the target's own hidden states, so it proposes in every round. Which hidden states feed it
+    is the engine's convention (`hidden`, a reference.hidden.HiddenStates; None: the engine's
+    default for the head), declared in the engine's file. Its proposals are a function of the
+    target's hidden states, not of a model's next logits alone, so the kit replays them only
+    once the oracle computes a head's laws under that convention: until then `replays` is
+    False, and neither the greedy counters nor the acceptance law are replayed."""
+
+    kind: str                 # "eagle", "eagle3", "medusa", "mtp"
+    head: str                 # the export name of the head (the folder an engine loads it from)
+    hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
+    trained_only: bool = False   # only a trained target has a trained head
+
+    model = None              # no stand-alone draft model: the head needs the target's states
+    replays = False           # True once properties/oracle.py computes a head's laws
+    lookup = False
+    perfect = False
+
+    def __post_init__(self):
+        if self.kind not in HEAD_KINDS:
+            raise ValueError(f"HeadDraft: kind={self.kind!r}, choose from {HEAD_KINDS}")
+        if not isinstance(self.head, str) or not self.head:
+            raise ValueError(f"HeadDraft: head={self.head!r}, must be the head's export name")
+        from reference.hidden import HiddenStates
+        if self.hidden is not None and not isinstance(self.hidden, HiddenStates):
+            raise ValueError(f"HeadDraft: hidden={self.hidden!r}, must be a "
+                             f"reference.hidden.HiddenStates or None (the engine's default)")
+
+    @property
+    def export(self) -> str:
+        """The directory (of an export) the engine loads the head from."""
+        return self.head
+
+    def proposes(self, prompt, tokens) -> bool:
+        """A head drafts in every round (from the latest verified hidden state), so in every
+        request of two or more tokens, as a draft model does."""
+        return len(tokens) >= 2
+
+    def cover(self, case):
+        return case
+
+    def describe(self) -> str:
+        reads = ("the engine's default hidden states" if self.hidden is None
+                 else f"the target's {self.hidden.describe()}")
+        return f"{HEAD_KINDS[self.kind]} head {self.head} reading {reads}"
+
+
+# the heads' kinds, and their names in the papers
+HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
+
+Drafter = ModelDraft | Lookup | Unknown | HeadDraft
 
 PERFECT = ModelDraft("target")
 EARLY_EXIT = ModelDraft("draft-early-exit")
@@ -149,7 +201,7 @@ class Method:
     verification: str = "token-wise"
 
     def __post_init__(self):
-        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown)):
+        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown, HeadDraft)):
             raise TypeError(f"Method {self.name!r}: drafter={self.drafter!r} is not a Drafter "
                             f"(properties.methods: ModelDraft, Lookup, Unknown; e.g. PERFECT)")
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
