@@ -25,8 +25,9 @@ from dataclasses import dataclass
 #   "sampled"  drawn from q, the draft's processed law (the textbook rule)
 PROPOSALS = ("greedy", "sampled")
 # how a round's proposals are verified against the target: token by token, each accepted with
-# min(1, p/q) and the first rejection resampled from the normalized residual
-VERIFICATIONS = ("token-wise",)
+# min(1, p/q) and the first rejection resampled from the normalized residual; or as one block
+# (Sun et al. 2024; reference/block.py, its law in properties/acceptance_sampled.py)
+VERIFICATIONS = ("token-wise", "block")
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,42 @@ class Unknown:
 
 
 @dataclass(frozen=True)
+class Scripted:
+    """Drafts the kit scripts from the served target (properties/scripted.py: right, wrong,
+    right-then-wrong), handed to an engine that takes caller-supplied drafts (vLLM's
+    custom_class proposer): a next-token function of the sequence like a draft model's, so
+    greedy counters and the acceptance law are replayed exactly (its `model` is the script's
+    name, which the oracle answers with one-hot logits)."""
+
+    script: str
+
+    replays = True
+    lookup = False
+    perfect = False
+    trained_only = False
+    export = None
+
+    def __post_init__(self):
+        from properties import scripted
+        scripted.name_of(self.script)      # a ValueError naming the scripts
+
+    @property
+    def model(self) -> str:
+        from properties import scripted
+        return scripted.name_of(self.script)
+
+    def proposes(self, prompt, tokens) -> bool:
+        """A script proposes in every round, as a draft model does."""
+        return len(tokens) >= 2
+
+    def cover(self, case):
+        return case
+
+    def describe(self) -> str:
+        return f"scripted drafts ({self.script}, from the target's greedy tokens)"
+
+
+@dataclass(frozen=True)
 class HeadDraft:
     """A feature-level head (reference/heads/: EAGLE, EAGLE-3, Medusa, MTP) that drafts from
     the target's own hidden states, so it proposes in every round. Which hidden states feed it
@@ -176,7 +213,7 @@ class HeadDraft:
 # the heads' kinds, and their names in the papers
 HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
 
-Drafter = ModelDraft | Lookup | Unknown | HeadDraft
+Drafter = ModelDraft | Lookup | Unknown | Scripted | HeadDraft
 
 PERFECT = ModelDraft("target")
 EARLY_EXIT = ModelDraft("draft-early-exit")
@@ -199,11 +236,14 @@ class Method:
     # it (Dialect.draft_proposals), else the acceptance check tries both
     proposals: str | None = None
     verification: str = "token-wise"
+    # a mode the engine itself names as lossy (its own words): judged NOT CONFORMANT, and the
+    # verdict says the engine named it so when its failures come
+    lossy: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown, HeadDraft)):
+        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown, Scripted, HeadDraft)):
             raise TypeError(f"Method {self.name!r}: drafter={self.drafter!r} is not a Drafter "
-                            f"(properties.methods: ModelDraft, Lookup, Unknown; e.g. PERFECT)")
+                            f"(properties.methods: ModelDraft, Lookup, Unknown, Scripted; e.g. PERFECT)")
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"Method {self.name!r}: k={self.k!r}, must be an int >= 1")
         if self.proposals is not None and self.proposals not in PROPOSALS:

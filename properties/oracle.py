@@ -29,6 +29,7 @@ from functools import lru_cache
 
 import torch
 
+from properties import scripted
 from properties.models import build_target
 from properties.models import served as served_models
 from reference.cache import KVCache
@@ -117,8 +118,11 @@ def _served_forward(seqs, name: str) -> torch.Tensor:
 
 def served_next_logits(seqs, name: str = SERVED_TARGET) -> torch.Tensor:
     """[B, V]: served model `name`'s logits for the token after each non-empty seqs[b] (one
-    forward per length)."""
+    forward per length). A script's name ("script:right", properties.scripted): its one-hot
+    logits."""
     seqs = [tuple(s) for s in seqs]
+    if isinstance(name, str) and name.startswith(scripted.PREFIX):
+        return scripted.next_logits(seqs, name)
     if len({len(s) for s in seqs}) == 1:
         return _served_forward(seqs, name)[:, -1]
     return torch.stack([_served_forward([s], name)[0, -1] for s in seqs])

@@ -17,12 +17,20 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, Scripted
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
 from reference.penalties import Formula
 
 K = 4
+# rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
+# acceptance rates, non-increasing, one per draft position
+SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
+# the engine's own words for its lossy mode (the docstring of rejection_sample_method and of
+# synthetic_acceptance_rates, vllm/config/speculative.py 0.32.0)
+SYNTHETIC_WORDS = ("vLLM's rejection_sample_method='synthetic' \"accepts draft tokens with a "
+                   "decaying probability calibrated to synthetic_acceptance_rate\", not by the "
+                   "target's probabilities: a benchmarking mode, lossy by design")
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model: the target's first layer (early exit)",
            EARLY_EXIT, K),
@@ -35,7 +43,31 @@ METHODS = {m.name: m for m in (
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
            SMALL, K),
+    # issue 40: the engine's other drafting conventions and verification rules, each with the
+    # early-exit draft (what the option changes is then the only difference to draft-early-exit)
+    Method("draft-early-exit-probabilistic",
+           "draft model: the early exit, proposals sampled from its law "
+           "(draft_sample_method probabilistic)", EARLY_EXIT, K, proposals="sampled"),
+    Method("draft-early-exit-block",
+           "draft model: the early exit, block verification (rejection_sample_method block) of "
+           "sampled proposals (draft_sample_method probabilistic: with argmax proposals block "
+           "and token-wise verification have one law)",
+           EARLY_EXIT, K, proposals="sampled", verification="block"),
+    Method("draft-early-exit-synthetic",
+           f"draft model: the early exit, synthetic acceptance (rejection_sample_method "
+           f"synthetic, rates {list(SYNTHETIC_RATES)}): lossy by design",
+           EARLY_EXIT, K, lossy=SYNTHETIC_WORDS),
+    # the kit's own drafts through custom_class (properties/engines/vllm_scripted.py)
+    Method("scripted-right", "custom_class: the target's greedy tokens (every one accepted)",
+           Scripted("right"), K, proposals="greedy"),
+    Method("scripted-wrong", "custom_class: never the target's argmax (none accepted greedily)",
+           Scripted("wrong"), K, proposals="greedy"),
+    Method("scripted-right-then-wrong",
+           "custom_class: right for the first j proposals, then wrong (every j in 0 .. k)",
+           Scripted("right-then-wrong"), K, proposals="greedy"),
 )}
+# the repository root: vLLM's process imports the scripted proposer from it (custom_class)
+ROOT = Path(__file__).resolve().parents[2]
 # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes (0.32.0):
 # a model with another head size starts, then dies at its first request ("Unsupported CPU
 # attention configuration: head_dim=24", issue 24)
@@ -159,12 +191,27 @@ def version(env: Environment) -> str:
 
 
 def speculative_config(export_dir, method: Method) -> dict:
+    """The server's --speculative-config: the drafter, then the options the method object
+    declares (its proposal convention, verification rule, lossy mode)."""
     root = Path(export_dir)
     if method.drafter.lookup:
         return {"method": "ngram", "num_speculative_tokens": method.k,
                 "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    model = root / method.drafter.export
-    return {"model": str(model), "num_speculative_tokens": method.k}
+    if isinstance(method.drafter, Scripted):
+        from properties.engines.vllm_scripted import CLASSES
+        cls = CLASSES[method.drafter.script]
+        config = {"method": "custom_class", "model": f"{cls.__module__}.{cls.__name__}",
+                  "num_speculative_tokens": method.k}
+    else:
+        config = {"model": str(root / method.drafter.export), "num_speculative_tokens": method.k}
+    if method.proposals == "sampled":
+        config["draft_sample_method"] = "probabilistic"
+    if method.verification == "block":
+        config["rejection_sample_method"] = "block"
+    if method.lossy is not None:
+        config["rejection_sample_method"] = "synthetic"
+        config["synthetic_acceptance_rates"] = list(SYNTHETIC_RATES)
+    return config
 
 
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
@@ -172,11 +219,13 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
             "--model", str(Path(export_dir) / "target"), "--served-model-name", "kit-target",
             "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
             "--host", "127.0.0.1", "--port", str(port)]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if method is not None:
         argv += ["--speculative-config", json.dumps(speculative_config(export_dir, method))]
-    return Command(argv, env={"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false",
-                              "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"},
-                   health="/health")
+        if isinstance(method.drafter, Scripted):   # custom_class imports the kit's proposer
+            env["PYTHONPATH"] = str(ROOT)
+    return Command(argv, env=env, health="/health")
 
 
 ENGINE = Engine(
