@@ -36,6 +36,8 @@ class Session:
     evidence: dict = field(default_factory=dict)  # nodeid -> its checks' records (--kit-report)
     report_tests: dict = field(default_factory=dict)    # nodeid -> outcome entry (--kit-report)
     stale_known: list = field(default_factory=list)     # known entries matching no test
+    # nodeid -> profiles.stated(test): a deterministic property's generated examples and f
+    deterministic: dict = field(default_factory=dict)
     stat_checks: int = 0
     calls: int = 0
     started: float = field(default_factory=time.monotonic)

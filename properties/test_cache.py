@@ -104,6 +104,7 @@ class CacheMachine(RuleBasedStateMachine):
 
 @pytest.mark.parametrize("spec", [TableSpec(5, seed=1, sparsity=0.5), Qwen3Spec(6, seed=2, layers=2)],
                          ids=["table", "qwen3"])
+@profiles.stateful(0.4)
 def test_kit_cache_state_machine(impl, spec):
     """The kit's own caches (which the invariant checks rely on) behave like a KV cache."""
     machine = type(f"CacheMachine_{spec.kind}", (CacheMachine,), {"spec": spec})

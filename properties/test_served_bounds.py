@@ -33,7 +33,7 @@ STOP_INSIDE = ServedCase(_PROMPT, 16,
 @given(case=greedy_cases(with_stops=True))
 @example(case=STOP_INSIDE)
 @example(case=ServedCase((4, 4, 4, 4), 1))
-@profiles.deterministic()
+@profiles.deterministic(hit_rate=profiles.SERVED_HIT_RATE)
 def test_greedy_stops_and_length(served, case):
     checks.check_bounds(served, speculation.for_drafter(served, case))
 
@@ -67,6 +67,6 @@ def counting(served):
 @given(case=greedy_cases())
 @example(case=ServedCase(_PROMPT, 16))
 @example(case=ServedCase((30, 1, 17, 8, 12), 12))
-@profiles.deterministic(scale=0.3)
+@profiles.deterministic(scale=0.3, hit_rate=profiles.SERVED_HIT_RATE)
 def test_counters_equal_exact_acceptance(counting, case):
     checks.check_counters(counting, case)

@@ -27,6 +27,6 @@ RANDOM = ServedCase((30, 1, 17, 8, 12), 12)
 @given(case=greedy_cases())
 @example(case=REPEATED)
 @example(case=RANDOM)
-@profiles.deterministic()
+@profiles.deterministic(hit_rate=profiles.SERVED_HIT_RATE)
 def test_greedy_equals_target_and_baseline(served, case):
     checks.check_greedy(served, speculation.for_drafter(served, case))

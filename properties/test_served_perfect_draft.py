@@ -37,6 +37,6 @@ def counters_missing(served) -> str | None:
 
 @given(case=greedy_cases())
 @example(case=ServedCase((3, 9, 27, 3, 9, 27), 16))
-@profiles.deterministic(scale=0.2)
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
 def test_perfect_draft_accepted_at_rate_one(perfect, case):
     checks.check_perfect_draft(perfect, case.replace(stop_ids=()))

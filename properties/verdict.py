@@ -154,6 +154,8 @@ def summary(session, exitstatus=None) -> dict:
         "shared_causes": _shared_causes(entries),
         "headlines": _headlines(entries),
         "statistical_checks": checks,
+        "deterministic_detection": profiles.DETECTION,
+        "deterministic_checks": _deterministic(session),
         "engine_calls": session.calls,
         "alpha_per_check": statistics.ALPHA,
         "familywise_false_alarm_bound": checks * statistics.ALPHA,
@@ -165,6 +167,17 @@ def summary(session, exitstatus=None) -> dict:
         "exit": outcome.exit,
         "conformant": outcome.verdict == "CONFORMANT",
     }
+
+
+def _deterministic(session) -> dict:
+    """family -> {test id -> its examples n, explicit examples, f = profiles.hit_rate(n), the
+    rate it asked for}: the deterministic checks that ran (passed or failed)."""
+    out: dict = {}
+    for nodeid, stated in sorted(session.deterministic.items()):
+        family, outcome, _ = session.outcomes.get(nodeid, (None, None, None))
+        if family is not None and outcome in ("passed", "failed", "xfailed", "xpassed"):
+            out.setdefault(family, {})[nodeid] = dict(stated)
+    return {f: out[f] for f in families.FAMILIES if f in out}
 
 
 def verdict_line(session, data) -> str:

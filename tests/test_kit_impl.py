@@ -129,6 +129,14 @@ def test_header_summary_and_json(tmp_path):
     assert data["families"]["batched"]["not_applicable"] >= 4
     assert any("batched_generate" in r for r in data["families"]["batched"]["reasons"])
     assert data["statistical_checks"] == 3
+    # each deterministic check that ran states f, (1 - f)^n = 0.01 at its n generated examples;
+    # a test of fixed cases (the worked example) states none
+    entry = data["deterministic_checks"]["perfect_draft"][
+        "properties/test_perfect_draft.py::test_perfect_draft[table]"]
+    assert entry["examples"] == 5 and abs((1 - entry["hit_rate"]) ** 5 - 0.01) < 1e-12
+    assert "rule" not in data["deterministic_checks"]
+    assert "each deterministic check detects, with probability >= 0.99" in proc.stdout
+    assert "perfect_draft: f 0.60 (n 5): test_perfect_draft[" in proc.stdout
 
 
 def test_summary_under_xdist(tmp_path):
@@ -141,6 +149,9 @@ def test_summary_under_xdist(tmp_path):
     assert proc.returncode == 1
     assert data["families"]["bounds"]["failed"] >= 1 and data["families"]["rule"]["passed"] == 1
     assert data["statistical_checks"] == 3
+    # the workers' deterministic checks state their f on the controller too
+    stated = data["deterministic_checks"]["bounds"]
+    assert stated and all(0 < e["hit_rate"] < 1 and e["examples"] >= 1 for e in stated.values())
     assert not data["conformant"]
 
 

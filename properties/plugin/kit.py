@@ -317,6 +317,9 @@ def pytest_runtest_call(item):
     evidence.start_test()
     yield
     item.user_properties.append(("kit_statistical_checks", statistics.checks_run - before))
+    stated = profiles.stated(getattr(item, "obj", None))
+    if stated is not None:
+        item.user_properties.append(("kit_stated", stated))
     item.user_properties.append(("kit_engine_calls", harness.calls_made - calls))
     if evidence.enabled:
         records = evidence.take()
@@ -380,6 +383,8 @@ class _Recorder:
                 run.stat_checks += value
             elif name == "kit_engine_calls":
                 run.calls += value
+            elif name == "kit_stated":
+                run.deterministic[report.nodeid] = value
             elif name == "kit_cause":
                 run.causes[report.nodeid] = value
             elif name == "kit_evidence":
@@ -548,6 +553,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if guarantees:
         tr.write_line("each statistical check detects, with power >= "
                       f"{statistics.POWER}: " + "; ".join(f"{f}: {t}" for f, t in guarantees))
+    for line in deterministic_lines(data):
+        tr.write_line(line)
     tr.write_line(f"statistical checks: {data['statistical_checks']} at alpha "
                   f"{data['alpha_per_check']:.0e} each: a correct implementation fails this run "
                   f"with probability <= {data['familywise_false_alarm_bound']:.1e}; "
@@ -562,6 +569,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if run.report_page is not None:
         tr.write_line(f"kit report: {run.report_page} (its data: "
                       f"{run.report_page.with_name('report.json')})")
+
+
+def deterministic_lines(data) -> list[str]:
+    """The deterministic checks' stated power, family by family: the tests that ran grouped by
+    their generated examples n, each group's f = 1 - (1 - DETECTION)^(1/n)."""
+    by_family = data.get("deterministic_checks", {})
+    if not by_family:
+        return []
+    lines = [f"each deterministic check detects, with probability >= "
+             f"{data['deterministic_detection']}, a defect that shows in a share f of its "
+             f"generated examples ((1 - f)^n <= {1 - data['deterministic_detection']:.2g}, n "
+             f"its generated examples; explicit ones on top):"]
+    for family, tests in by_family.items():
+        groups: dict = {}
+        for nodeid, entry in tests.items():
+            # a parametrized test once, its parameters together: test[a, b]
+            name, _, param = nodeid.split("::", 1)[-1].partition("[")
+            params = groups.setdefault(entry["examples"], {}).setdefault(name, [])
+            if param:
+                params.append(param.rstrip("]"))
+        parts = [f"f {profiles.hit_rate(n):.2f} (n {n}): "
+                 + ", ".join(f"{name}[{', '.join(ps)}]" if ps else name
+                             for name, ps in names.items())
+                 for n, names in sorted(groups.items(), reverse=True)]
+        lines.append(f"  {family}: " + "; ".join(parts))
+    return lines
 
 
 def _write_json(config, exitstatus, data=None) -> None:
