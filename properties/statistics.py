@@ -827,3 +827,60 @@ def two_sample_by_position(a: Mapping[tuple, int], b: Mapping[tuple, int],
         stat, df = two_sample_statistic(rest[0], rest[1], min_expected)
         total, dof = total + stat, dof + df
     return p_first, _p_sum(total, dof)
+
+
+def _next_counts(counts: Mapping[tuple, int], i: int) -> dict:
+    """prefix of length i -> Counter of the element at position i, over outcomes longer than i."""
+    out: dict = {}
+    for o, c in counts.items():
+        if len(o) > i and c > 0:
+            out.setdefault(tuple(o[:i]), Counter())[o[i]] += c
+    return out
+
+
+def positions(observed: Mapping[tuple, int], law: Mapping[tuple, float],
+              min_expected: float = MIN_EXPECTED) -> list[tuple[int, float, int]]:
+    """Where a failed law of sequences breaks, position by position: (i, p, df) for each
+    position i, the i-th elements of the observed outcomes given the elements before them
+    against the exact law given those (one gof_statistic per observed prefix, added up with
+    their df: given the prefixes' counts the strata are independent samples, so the sum is one
+    chi-square statistic per position; position 0 is the first elements' marginal). p 0 where
+    an element impossible after its prefix was observed, 1 where nothing can vary. by_position
+    generalized to every position; a description of a check that has failed, not a further
+    check: no alpha is spent, nothing is counted."""
+    length = max((len(o) for o in law), default=0)
+    rows = []
+    for i in range(length):
+        exact: dict = {}
+        for o, pr in law.items():
+            if len(o) > i and pr > 0:
+                after = exact.setdefault(tuple(o[:i]), {})
+                after[o[i]] = after.get(o[i], 0.0) + pr
+        total, dof = 0.0, 0
+        for prefix, seen in _next_counts(observed, i).items():
+            after = exact.get(prefix)
+            if not after:
+                continue          # the prefix itself is impossible: an earlier position says so
+            mass = sum(after.values())
+            stat, df = gof_statistic(seen, {t: pr / mass for t, pr in after.items()},
+                                     min_expected=min_expected)
+            total, dof = total + stat, dof + df
+        rows.append((i, _p_sum(total, dof), dof))
+    return rows
+
+
+def two_sample_positions(a: Mapping[tuple, int], b: Mapping[tuple, int],
+                         min_expected: float = MIN_EXPECTED) -> list[tuple[int, float, int]]:
+    """positions without an exact law: the sample `a` against the sample `b`, position by
+    position (one two_sample_statistic per prefix both samples have). A description, no alpha
+    spent, nothing counted."""
+    length = max((len(o) for o in list(a) + list(b)), default=0)
+    rows = []
+    for i in range(length):
+        after_a, after_b = _next_counts(a, i), _next_counts(b, i)
+        total, dof = 0.0, 0
+        for prefix in set(after_a) & set(after_b):
+            stat, df = two_sample_statistic(after_a[prefix], after_b[prefix], min_expected)
+            total, dof = total + stat, dof + df
+        rows.append((i, _p_sum(total, dof), dof))
+    return rows

@@ -56,6 +56,12 @@ PARAMETERS = {
         st.tuples(st.integers(0, 31), st.sampled_from([-2.0, 1.0, 1.5, 3.0])), min_size=1,
         max_size=3, unique_by=lambda pair: pair[0]).map(tuple)}),
 }
+# a logit bias with a repetition penalty (the penalty's history carries across rounds, the bias
+# moves which tokens it holds); the repetition penalty, which every engine the kit knows takes
+# with a bias, so that one engine lacking presence and frequency still has this test judged
+PARAMETERS["bias_with_penalties"] = st.fixed_dictionaries({
+    "logit_bias": PARAMETERS["logit_bias"].map(lambda d: d["logit_bias"]),
+    "repetition_penalty": st.sampled_from([1.3, 1.6, 2.0])})
 
 
 def judged(served, case, cover: bool = True):
@@ -83,6 +89,23 @@ def shaped_cases(draw, parameter: str, greedy: bool):
                                      **draw(PARAMETERS[parameter])))
 
 
+@st.composite
+def rounds_cases(draw, parameter: str, greedy: bool):
+    """Outputs long enough for several rounds: greedy 16-24 tokens; sampled L = 4-6 under a
+    top-k of 2 (L = 4 under 3) at a temperature of 0.5-1, so that the law of L tokens keeps a
+    small support (at most 81 outputs) through the engine's own filters. Every sampled request
+    carries a seed (checks.served.sampling_requests)."""
+    prompt = draw(served_prompts())
+    params = draw(PARAMETERS[parameter])
+    if greedy:
+        return ServedCase(prompt, draw(st.integers(16, 24)), SamplingParams(**params))
+    top_k = draw(st.sampled_from([2, 3]))
+    length = draw(st.integers(4, 6)) if top_k == 2 else 4
+    return ServedCase(prompt, length, SamplingParams(
+        temperature=draw(st.sampled_from([0.5, 0.7, 1.0])), top_k=top_k,
+        seed=draw(st.integers(0, 2**20)), **params))
+
+
 def _penalized(case) -> bool:
     return case.sampling.penalized
 
@@ -91,7 +114,7 @@ def _penalized(case) -> bool:
 
 @given(case=shaped_cases("repetition_penalty", greedy=True))
 @example(case=ServedCase(REPEATED, 8, SamplingParams(repetition_penalty=1.6)))
-@profiles.deterministic(scale=0.2)
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
 def test_greedy_repetition_penalty(served, case):
     checks.check_greedy(served, judged(served, case, cover=False))
 
@@ -99,14 +122,14 @@ def test_greedy_repetition_penalty(served, case):
 @given(case=shaped_cases("presence_frequency", greedy=True))
 @example(case=ServedCase(REPEATED, 8, SamplingParams(presence_penalty=0.8,
                                                      frequency_penalty=0.4)))
-@profiles.deterministic(scale=0.2)
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
 def test_greedy_presence_and_frequency_penalties(served, case):
     checks.check_greedy(served, judged(served, case, cover=False))
 
 
 @given(case=shaped_cases("logit_bias", greedy=True))
 @example(case=ServedCase(BIASED, 8, SamplingParams(logit_bias=((20, 3.0),))))
-@profiles.deterministic(scale=0.2)
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
 def test_greedy_logit_bias(served, case):
     checks.check_greedy(served, judged(served, case))
 
@@ -144,6 +167,65 @@ def test_law_logit_bias(served, case):
     checks.check_law(served, judged(served, case))
 
 
+# --------------------------------------------------------------------------- several rounds
+# State that carries from one round to the next (the penalty history, the sampler's generator,
+# a rejected draft kept somewhere) shows only after a rejection and a later round: at the second
+# token a leaked rejected token cannot show, since the residual excludes it anyway. Greedy
+# outputs of 16-24 tokens, and laws of 4-6 tokens (at least ROUNDS_MIN_LENGTH) sized by
+# statistics.plan at DELTA_SERVED; a failure names the first position where the law breaks.
+# Every sampled request carries its own seed, so each law also judges the seeded generator's
+# state across rounds. The explicit examples are where the kit's round mutants
+# (tests/mutants/served_params.py: RejectedKeptInHistory, GeneratorRolledBack) move the law
+# most (tests/test_served_rounds.py computes it exactly). Three laws (repetition; presence and
+# frequency; a bias with a repetition penalty): 9 checks in the thorough profile, which fills
+# its budget of MAX_CHECKS_PER_RUN.
+
+@given(case=rounds_cases("repetition_penalty", greedy=True))
+@example(case=ServedCase(LOOKUP, 20, SamplingParams(repetition_penalty=1.6)))
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
+def test_greedy_rounds_repetition_penalty(served, case):
+    checks.check_greedy(served, judged(served, case, cover=False))
+
+
+@given(case=rounds_cases("presence_frequency", greedy=True))
+@example(case=ServedCase(LOOKUP, 20, SamplingParams(presence_penalty=0.8, frequency_penalty=0.4)))
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
+def test_greedy_rounds_presence_and_frequency_penalties(served, case):
+    checks.check_greedy(served, judged(served, case, cover=False))
+
+
+@given(case=rounds_cases("bias_with_penalties", greedy=True))
+@example(case=ServedCase(LOOKUP, 20, SamplingParams(logit_bias=((1, 1.0),), repetition_penalty=1.3)))
+@profiles.deterministic(scale=0.2, hit_rate=profiles.SERVED_HIT_RATE)
+def test_greedy_rounds_logit_bias_with_penalties(served, case):
+    checks.check_greedy(served, judged(served, case, cover=False))
+
+
+@given(case=rounds_cases("repetition_penalty", greedy=False))
+@example(case=ServedCase(LOOKUP, 5, SamplingParams(temperature=0.7, top_k=2,
+                                                   repetition_penalty=1.6, seed=11)))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_rounds_repetition_penalty(served, case):
+    checks.check_law_rounds(served, judged(served, case, cover=False))
+
+
+@given(case=rounds_cases("presence_frequency", greedy=False))
+@example(case=ServedCase(LOOKUP, 5, SamplingParams(temperature=0.7, top_k=2, presence_penalty=0.8,
+                                                   frequency_penalty=0.4, seed=12)))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_rounds_presence_and_frequency_penalties(served, case):
+    checks.check_law_rounds(served, judged(served, case, cover=False))
+
+
+@given(case=rounds_cases("bias_with_penalties", greedy=False))
+@example(case=ServedCase(LOOKUP, 5, SamplingParams(temperature=0.7, top_k=2, logit_bias=((1, 1.0),),
+                                                   repetition_penalty=1.6, seed=13)))
+@profiles.statistical(checks=1, scale=0.1)
+def test_law_rounds_logit_bias_with_penalties(served, case):
+    checks.check_law_rounds(served, judged(served, case, cover=False))
+
+
+
 # --------------------------------------------------------------------------- the rest
 
 @given(case=st.builds(lambda p, n, k, t: ServedCase(p, n, SamplingParams(temperature=t,
@@ -168,7 +250,7 @@ def stop_string_cases(draw):
 @given(case=stop_string_cases())
 @example(case=ServedCase(LOOKUP, 12, SamplingParams(stop_strings=("Fty",))))
 @example(case=ServedCase((4, 4, 4, 4), 12, SamplingParams(stop_strings=("FtcC", "dFt"))))
-@profiles.deterministic(scale=0.3)
+@profiles.deterministic(scale=0.3, hit_rate=profiles.SERVED_HIT_RATE)
 def test_stop_strings_inside_accepted_blocks(served, case):
     checks.check_stop_strings(served, case)
 

@@ -13,6 +13,11 @@ penalty sees, read from the engine's source):
     check_law           sampled: chi-square against the exact law of the first L tokens under
                         the formula (alpha ALPHA, power POWER at TV DELTA_SERVED); where the kit
                         knows no formula, a two-sample test against the baseline's samples
+    check_law_rounds    check_law over outputs of L >= ROUNDS_MIN_LENGTH tokens, long enough to
+                        hold a round, a rejection in it and the round after it: state that
+                        carries from one round to the next (the penalty history, the sampler's
+                        generator) shows only there; a failure names the first position where
+                        the law breaks (statistics.positions)
     check_logprobs      each returned logprob of a generated token (and of each alternative) is
                         the float64 target's log-softmax there (raw logits, as the engines
                         document) within LOGPROB_TOLERANCE, and equals the baseline's
@@ -69,6 +74,15 @@ _MODULE = "properties.checks.served_params"
 LOGPROB_TOLERANCE = 1e-3
 # The design deviation of a pair of completions of one request against the product law.
 DELTA_PAIR = 0.2
+# The shortest output check_law_rounds judges: the prefill's token, a round whose first
+# proposal may be rejected (position 1), and the round after it (position 2). An engine's round
+# of k proposals reaches the next round within the output after any rejection at positions
+# 1 .. L - 2.
+ROUNDS_MIN_LENGTH = 3
+# A position is named as where the law breaks when its tokens, given those before them, are off
+# at p below this (a description of a failed check: on a correct engine each position crosses it
+# with probability 1e-3; the check itself is decided at ALPHA).
+BREAK_P = 1e-3
 
 
 # --------------------------------------------------------------------------- helpers
@@ -205,12 +219,49 @@ def check_greedy(impl, case: ServedCase):
 CHECK_LAW = f"{_MODULE}:check_law"
 
 
-def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
+def first_break(observed: Counter, law: dict | None = None, base: Counter | None = None) -> str:
+    """Where a failed law of outputs breaks, in words: the first position whose tokens, given
+    those before them, are off at p < BREAK_P (statistics.positions against the exact law, or
+    two_sample_positions against the baseline's samples), with every position's p-value."""
+    rows = (statistics.positions(observed, law) if law is not None
+            else statistics.two_sample_positions(observed, base))
+    if not rows:
+        return ""
+    shown = ", ".join(f"{i}: p = {p:.3g}" for i, p, _ in rows)
+    against = "their exact law" if law is not None else "the baseline's"
+    off = [i for i, p, _ in rows if p < BREAK_P]
+    if off:
+        return (f"the law first breaks at position {off[0]} (each position's tokens given those "
+                f"before them, against {against}: {shown})")
+    worst = min(rows, key=lambda r: r[1])[0]
+    return (f"no single position is off at p < {BREAK_P:g}, the most at position {worst} (each "
+            f"position's tokens given those before them, against {against}: {shown})")
+
+
+def check_law_rounds(impl, case: ServedCase, delta: float = DELTA_SERVED):
+    """check_law over outputs long enough for several rounds (L >= ROUNDS_MIN_LENGTH), for the
+    parameters whose state carries from one round to the next; a failure names the first
+    position where the law breaks. Sized by statistics.plan at `delta` like check_law; its
+    cases keep the law's support small through the engine's own filters (top-k, a low
+    temperature)."""
+    if case.max_tokens < ROUNDS_MIN_LENGTH:
+        raise ValueError(f"check_law_rounds judges outputs of {ROUNDS_MIN_LENGTH} tokens or more "
+                         f"(two rounds with a rejection between them), got max_tokens="
+                         f"{case.max_tokens}")
+    return check_law(impl, case, delta, rounds=True)
+
+
+def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED, rounds: bool = False):
     """Sampled: the joint law of the first L tokens under the engine's formula. The plan:
     statistics.plan at `delta`, ALPHA, POWER over the exact law. Without a formula: the same
     number of samples from the baseline, chi-square of homogeneity (two samples of n each: the
-    one-sample power at a deviation about sqrt(2) larger, TV ~ 0.21 at delta 0.15)."""
-    prop = "served_params: the law of the first L tokens under the engine's formula"
+    one-sample power at a deviation about sqrt(2) larger, TV ~ 0.21 at delta 0.15). `rounds`:
+    check_law_rounds's (its name in the replay line, the first position where the law breaks
+    in the cause)."""
+    prop = ("served_params: the law of the first L tokens over several rounds under the "
+            "engine's formula" if rounds else
+            "served_params: the law of the first L tokens under the engine's formula")
+    check = CHECK_LAW_ROUNDS if rounds else CHECK_LAW
     s = case.sampling
     _skip_unsupported(impl, s)
     formula = formulas.for_dialect(dialect(impl))
@@ -220,22 +271,23 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
     law = _law(case, formula or formulas.OPENAI)
     the_plan = statistics.plan(list(law.values()), delta)
     requests = sampling_requests(impl.client, case, the_plan.n)
-    answers = send(impl, prop, CHECK_LAW, case, requests)
+    answers = send(impl, prop, check, case, requests)
     outputs = [c for a in answers for c in a][: the_plan.n]
     for c in outputs:
         problem = bounds_violation(case, c)
         if problem:
-            fail(impl, prop, CHECK_LAW, case, f"a sampled output breaks the bounds: {problem}"
+            fail(impl, prop, check, case, f"a sampled output breaks the bounds: {problem}"
                                               f"\nserved: {list(c.tokens)}")
     observed = Counter(c.tokens for c in outputs)
     if formula is None:
-        base = send_baseline(impl, prop, CHECK_LAW, case,
+        base = send_baseline(impl, prop, check, case,
                              sampling_requests(impl.baseline, case, the_plan.n))
         base_counts = Counter(c.tokens for a in base for c in a[: the_plan.n])
         result = statistics.chi_square_two_sample(observed, base_counts)
         if not result.passed:
-            where = where_off_two_sample(observed, base_counts)
-            fail(impl, prop, CHECK_LAW, case,
+            where = (first_break(observed, base=base_counts) if rounds
+                     else where_off_two_sample(observed, base_counts))
+            fail(impl, prop, check, case,
                  f"with {asked(s)} the speculating server's outputs are not distributed as the "
                  f"baseline's{' ' + where if where else ''} (same engine, no speculation; the kit "
                  f"knows no formula of {engine(impl)})\n{result.summary()}")
@@ -247,21 +299,25 @@ def check_law(impl, case: ServedCase, delta: float = DELTA_SERVED):
                                 L=case.max_tokens)
         # the cause line carries the failure's pattern: whether the baseline keeps the law (then
         # speculation changes it) and at which positions the outputs are off
-        where = where_off(observed, law)
-        pattern = f"the law is off {where}" if where else "the law is off"
+        where = first_break(observed, law) if rounds else where_off(observed, law)
+        pattern = (where if rounds else f"the law is off {where}") if where else "the law is off"
         if impl.baseline is not None:
-            base = send_baseline(impl, prop, CHECK_LAW, case,
+            base = send_baseline(impl, prop, check, case,
                                  sampling_requests(impl.baseline, case, the_plan.n))
             base_counts = Counter(c.tokens for a in base for c in a[: the_plan.n])
             base_result = statistics.chi_square_gof(base_counts, law)
-            pattern = (f"speculation changes the law {where or ''} (the baseline server, no "
-                       f"speculation, samples it: p = {base_result.p_value:.3g})"
+            kept = f"the baseline server, no speculation, samples it: p = {base_result.p_value:.3g}"
+            pattern = ((f"speculation changes the law ({kept}): {where}" if rounds else
+                        f"speculation changes the law {where or ''} ({kept})")
                        if base_result.passed else
                        f"the baseline server fails it too (p = {base_result.p_value:.3g}): the "
                        f"engine's formula differs from the kit's {formula.name} formula")
-        fail(impl, prop, CHECK_LAW, case,
+        fail(impl, prop, check, case,
              f"with {asked(s)} under the {formula.name} formula, {pattern}:\n{mismatch}")
     return result
+
+
+CHECK_LAW_ROUNDS = f"{_MODULE}:check_law_rounds"
 
 
 # --------------------------------------------------------------------------- logprobs

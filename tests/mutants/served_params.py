@@ -18,6 +18,20 @@ one sampling parameter, broken as engines have broken it under speculation.
                              same seed for every completion), so they are equal
 
 Each overrides one hook of FakeServer, so exactly one check of the family is meant for it.
+
+Two more speculate for real, in rounds (tests/fakes/speculating.py: K = 4 greedy proposals of
+draft-early-exit, token-wise verification), and break state that carries from one round to the
+next, which shows only after a rejection and a later round (issue 42):
+
+    RejectedKeptInHistory    the penalty history keeps one rejected draft token per round: the
+                             rollback after a rejection takes out the tokens after the rejected
+                             proposal but not the proposal itself (an off-by-one), so the
+                             repetition, presence and frequency penalties of every later round
+                             count it
+    GeneratorRolledBack      the sampler's generator is rolled back with the KV cache: after a
+                             round with a rejection its state is restored to the one before the
+                             round, so the next round draws the same uniforms again (its state
+                             after a rejection differs from the baseline's, which has moved on)
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from properties import oracle
 from properties.models import tokenizer
 from reference.penalties import OPENAI
 from tests.fakes.server import FakeServer
+from tests.fakes.speculating import SpeculatingServer
 
 DRAFT = "draft-early-exit"
 
@@ -88,3 +103,20 @@ class StopStringLate(FakeServer):
 class SharedStreamN(FakeServer):
     def _rng(self, seed, i):
         return np.random.default_rng([int(seed or 0), 0])
+
+
+class RejectedKeptInHistory(SpeculatingServer):
+    def round_history(self, state, ids, out):
+        return tuple(ids), tuple(out) + tuple(state.kept)
+
+    def rejected(self, state, proposal):
+        state.kept.append(proposal)
+
+
+class GeneratorRolledBack(SpeculatingServer):
+    def round_start(self, state, draws):
+        state.mark = draws.mark()
+
+    def round_end(self, state, draws, rejected):
+        if rejected:
+            draws.restore(state.mark)
