@@ -39,6 +39,17 @@ An engine's dialect declares it as `draft_proposals`; where it does not, both co
 tried and the check passes when one fits (each alone at the check's level, so a correct engine
 still fails with chance at most alpha); the result says which fitted.
 
+The verification rule is the method's (`Method.verification`): "token-wise" (above), or
+"block" (Sun et al. 2024; reference/block.py), whose exact law the same tree walk gives
+(properties.acceptance_sampled). Block verification accepts at least as many tokens as token-
+wise at every position, and exactly as many under greedy proposals (one-hot q), so with greedy
+proposals the check cannot tell whether the engine ran block verification (the Verdict's
+`rule_power` is 0 there). With sampled proposals the plan also sizes N so that token-wise
+verification running where block was declared (vllm-ascend #7807) is rejected with POWER: N >=
+52.1 v / s^2, s the exact expected shift of a round's accepted count between the two rules (at
+most MAX_RULE_SAMPLES completions; the Verdict states the power reached), and a failure says
+when the engine's counts fit token-wise verification instead.
+
 Counts judged:
     drafted     exactly the schedule's count per round (k or capped), in total, per response
                 where the engine reports per response, and one round per completion where it
@@ -69,7 +80,7 @@ convention. The variance is the null's; the exact test needs no approximation, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -95,6 +106,9 @@ DESIGN = {"full": 2, "capped": 3, "prompt": 1}
 # beyond it the check narrows top-k (a k-way tree of depth n - 1 has (k^n - 1) / (k - 1) nodes).
 MAX_TREE = 400
 PROBE_COMPLETIONS = 8      # an undeclared schedule is learned from this many
+# completions at most spent on telling a declared verification rule from token-wise (the power
+# reached is in the Verdict)
+MAX_RULE_SAMPLES = 8000
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,10 @@ class Verdict:
     expected: dict            # convention -> exact expected accepted total
     p_values: dict            # convention -> p-value of the total
     power: float
+    verification: str = "token-wise"   # the rule the method declared, and judged against
+    # convention -> the power of telling the declared rule from token-wise verification at
+    # these samples (empty for a token-wise method; 0 where the two laws are one)
+    rule_power: dict = field(default_factory=dict)
 
 
 def drafts_per_round(schedule: str, k: int, budget: int) -> int:
@@ -170,6 +188,42 @@ def design(case: ServedCase, schedule: str, k: int, proposals: tuple,
     return out
 
 
+def verification(impl) -> str:
+    """The verification rule the method declares (token-wise where it declares none)."""
+    declared = getattr(impl.method, "verification", "token-wise")
+    if declared not in exact.VERIFICATIONS:
+        raise ValueError(f"method {impl.method.name!r}: verification={declared!r}, choose from "
+                         f"{exact.VERIFICATIONS}")
+    return declared
+
+
+def rule(impl) -> dict:
+    """The verification rule the method declares, as the exact law's keyword (none for
+    token-wise, the law's default)."""
+    declared = verification(impl)
+    return {} if declared == "token-wise" else {"verification": declared}
+
+
+def rule_shifts(impl, case: ServedCase, schedule: str, proposals: tuple) -> dict:
+    """convention -> the exact expected shift of one design round's accepted count between
+    the declared rule and token-wise verification (t0 by its law): {} for a token-wise method,
+    0 for greedy proposals or a perfect draft (one law)."""
+    declared = verification(impl)
+    if declared == "token-wise":
+        return {}
+    n = drafts_per_round(schedule, impl.k, DESIGN[schedule])
+    law = {None: 1.0} if schedule == "prompt" else t0_law(case)
+    contexts = [tuple(case.prompt) + ((t,) if t is not None else ()) for t in law]
+    shifts = {}
+    for convention in proposals:
+        means = [[r.mean for r in exact.cached_round_laws(contexts, n,
+                                                          impl.method.drafter.model,
+                                                          case.sampling, convention, which)]
+                 for which in (declared, "token-wise")]
+        shifts[convention] = sum(p * (a - b) for p, a, b in zip(law.values(), *means))
+    return shifts
+
+
 def t0_law(case: ServedCase) -> dict:
     """The target's law of the prefill token: t0 -> probability."""
     probs = case.sampling.probs(oracle.served_next_logits([case.prompt])[0])
@@ -186,10 +240,17 @@ def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, 
     worst_v = 0.0
     for convention in proposals:
         laws = exact.cached_round_laws(contexts, n, impl.method.drafter.model, case.sampling,
-                                       convention)
+                                       convention, **rule(impl))
         worst_v = max(worst_v, sum(p * r.var for p, r in zip(law.values(), laws)))
     need = exact.samples_needed(worst_v, DELTA_ACCEPTANCE * n, statistics.ALPHA / 2,
                                 statistics.POWER) if n else MIN_SAMPLES
+    # a declared rule other than token-wise: enough samples to tell the two apart (sampled
+    # proposals; where their laws are one no number of samples does)
+    shifts = [s for s in rule_shifts(impl, case, schedule, proposals).values() if s > 1e-12]
+    if shifts and n:
+        tell = exact.samples_needed(worst_v, min(shifts), statistics.ALPHA / 2,
+                                    statistics.POWER)
+        need = max(need, min(tell, MAX_RULE_SAMPLES))
     return max(MIN_SAMPLES, need), worst_v, n
 
 
@@ -238,6 +299,9 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     case = design(case, schedule, impl.k, proposals, impl.method.drafter.perfect)
     N, v, n = plan(impl, case, schedule, proposals)
     power = exact.z_power(DELTA_ACCEPTANCE * n * N, (N * v) ** 0.5, statistics.ALPHA / 2)
+    declared = verification(impl)
+    rule_power = {c: exact.z_power(s * N, (N * v) ** 0.5, statistics.ALPHA / 2)
+                  for c, s in rule_shifts(impl, case, schedule, proposals).items()}
     the_plan = statistics.Plan(n=N, df=1, delta=DELTA_ACCEPTANCE, power=power,
                                alpha=statistics.ALPHA)
     evidence.planned(the_plan)
@@ -301,22 +365,38 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
     contexts = [ctx for r in rounds for ctx, _ in r]
     sizes = [m for r in rounds for _, m in r]
     results, lines = {}, []
+    named = "" if declared == "token-wise" else f", {declared} verification"
     for convention in proposals:
-        laws = [None] * len(contexts)
-        for m in set(sizes):
-            idx = [i for i, s in enumerate(sizes) if s == m]
-            for i, law in zip(idx, exact.cached_round_laws([contexts[i] for i in idx], m,
-                                                           impl.method.drafter.model,
-                                                           case.sampling,
-                                                           convention)):
-                laws[i] = law
+        laws = _round_laws(impl, case, contexts, sizes, convention, declared)
         ok, text, p_total, mean = _judge(laws, seen.accepted, by_position, drafted)
         results[convention] = (ok, p_total, mean)
-        lines.append(f"{convention} proposals: {text}")
+        lines.append(f"{convention} proposals{named}: {text}")
     fitted = tuple(c for c in proposals if results[c][0])
     verdict = Verdict(fitted, schedule, len(done), seen.drafted, seen.accepted,
                       {c: results[c][2] for c in proposals},
-                      {c: results[c][1] for c in proposals}, power)
+                      {c: results[c][1] for c in proposals}, power, declared, rule_power)
+    if not fitted and declared != "token-wise":
+        # the declared rule's law does not fit: does token-wise verification's, of the declared
+        # proposals or of the other convention? (a rule claimed but not run: vllm-ascend
+        # #7807; vLLM 0.32's V1 runner drafts argmax tokens unless rejection_sample_method is
+        # "standard", so "block" with "probabilistic" drafting runs neither)
+        others = list(proposals) + [c for c in exact.PROPOSALS if c not in proposals]
+        for convention in others:
+            laws = _round_laws(impl, case, contexts, sizes, convention, "token-wise")
+            ok, text, _, _ = _judge(laws, seen.accepted, by_position, drafted)
+            if not ok:
+                continue
+            power_line = (f"; token-wise verification in place of {declared} is detected with "
+                          f"power {rule_power[convention]:.4f} at these samples"
+                          if convention in rule_power else "")
+            fail(impl, PROP, CHECK, case,
+                 f"the engine accepts drafted tokens as token-wise verification of "
+                 f"{convention} proposals does, not as the {declared} verification its method "
+                 f"declares ({'/'.join(proposals)} proposals): rate "
+                 f"{seen.accepted / max(seen.drafted, 1):.3f} per drafted token, for {where}, "
+                 f"{seen.drafted:g} drafted:\n" + "\n".join(lines) +
+                 f"\n{convention} proposals, token-wise verification: {text}"
+                 f"\n(false-alarm rate <= {statistics.ALPHA:.0e}{power_line})")
     if not fitted:
         # the failure's pattern on its cause line: which way and how far the rate is off
         means = [results[c][2] for c in proposals]
@@ -326,13 +406,26 @@ def check_sampled_acceptance(impl, case: ServedCase) -> Verdict:
                           for c, m in zip(proposals, means))
         fail(impl, PROP, CHECK, case,
              f"the engine accepts {way} drafted tokens than the exact expectation of its draft "
-             f"({impl.method.drafter.describe()}): rate {seen.accepted / max(seen.drafted, 1):.3f} per drafted "
+             f"({impl.method.drafter.describe()}{named}): rate {seen.accepted / max(seen.drafted, 1):.3f} per drafted "
              f"token against {rates}, for {where}, {seen.drafted:g} drafted:\n"
              + "\n".join(lines) +
              f"\n(false-alarm rate <= {statistics.ALPHA:.0e}; an acceptance rate per drafted "
              f"token off by {DELTA_ACCEPTANCE} is detected with power {power:.4f}, planned "
              f"from the exact variances, {v:.4g} per round)")
     return verdict
+
+
+def _round_laws(impl, case, contexts, sizes, convention: str, rule: str) -> list:
+    """The exact law of each round's accepted count (rounds of several sizes), under one
+    proposal convention and verification rule."""
+    laws = [None] * len(contexts)
+    for m in set(sizes):
+        idx = [i for i, s in enumerate(sizes) if s == m]
+        for i, law in zip(idx, exact.cached_round_laws([contexts[i] for i in idx], m,
+                                                       impl.method.drafter.model,
+                                                       case.sampling, convention, rule)):
+            laws[i] = law
+    return laws
 
 
 def _judge(laws, accepted: float, by_position, drafted: int):

@@ -134,6 +134,21 @@ class SpeculatingServer(FakeServer):
         """Drafted tokens counted for the request beyond its verified rounds."""
         return 0
 
+    def verify(self, seq, block, sampling, rng) -> list:
+        """The round's committed tokens (the accepted proposals, then one of the target's own)
+        for proposals block = [(x, q), ...] after seq: token by token."""
+        committed = []
+        for x, q in block:
+            context = seq + committed
+            p = self.law(self.logits("target", context), *sampling)
+            if rng.random() < self.ratio(p, q, x, context, sampling):
+                committed.append(x)
+                continue
+            committed.append(self.draw(self.residual(p, q, x, context, sampling), rng))
+            return committed
+        return committed + [self.draw(self.law(self.logits("target", seq + committed),
+                                               *sampling), rng)]
+
     # ----------------------------------------------------------------- generation
 
     def _generate(self, ids, max_tokens, temperature, top_k, top_p, stops, rng):
@@ -156,19 +171,9 @@ class SpeculatingServer(FakeServer):
             for _ in range(n):
                 x, q = self.propose(seq + out + [t for t, _ in block], sampling, rng)
                 block.append((x, q))
-            committed = []
-            for j, (x, q) in enumerate(block):
-                context = seq + out + committed
-                p = self.law(self.logits("target", context), *sampling)
-                if rng.random() < self.ratio(p, q, x, context, sampling):
-                    committed.append(x)
-                    by_position[j] += 1
-                    continue
-                committed.append(self.draw(self.residual(p, q, x, context, sampling), rng))
-                break
-            else:
-                committed.append(self.draw(self.law(self.logits("target", seq + out + committed),
-                                                    *sampling), rng))
+            committed = self.verify(seq + out, block, sampling, rng)
+            for j in range(len(committed) - 1):
+                by_position[j] += 1
             drafted, accepted = drafted + n, accepted + len(committed) - 1
             for t in committed:
                 if len(out) < max_tokens and (not out or out[-1] not in stops):
