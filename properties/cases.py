@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from properties.models import DraftSpec, Qwen3Spec, TableSpec, TrainedSpec  # noqa: F401  (replay namespace)
+from reference.dynamic_tree import DynamicTree
 from reference.sampling import SamplingParams
 
 # --------------------------------------------------------------------------- rule level
@@ -161,8 +162,9 @@ class BatchCase(_Sampled):
 
 @dataclass(frozen=True)
 class TreeCase(_Sampled):
-    """One call of tree_generate: tree[d] children under every node at depth d; greedy at
-    temperature 0, else sampled with a generator seeded from the sampling's seed."""
+    """One call of tree_generate: tree[d] children under every node at depth d, or a
+    reference.dynamic_tree.DynamicTree (a shape grown per round); greedy at temperature 0, else
+    sampled with a generator seeded from the sampling's seed."""
 
     target: object
     draft: DraftSpec
@@ -187,4 +189,4 @@ def namespace() -> dict:
     """Names a case's repr may use (for eval in the replay tool)."""
     return {cls.__name__: cls for cls in (PairSpec, RuleCase, EngineCase, BatchCase, TreeCase,
                                           TableSpec, Qwen3Spec, TrainedSpec, DraftSpec, ServedCase,
-                                          SamplingParams)}
+                                          SamplingParams, DynamicTree)}

@@ -24,6 +24,7 @@ from properties.cases import (P_KINDS, RELATIONS, BatchCase, EngineCase, PairSpe
 from properties.models import (TRAINED_DRAFTS, DraftSpec, Qwen3Spec, TableSpec, TrainedSpec,
                                draft_variants, trained_pair)
 from properties.models.served import VOCAB as SERVED_VOCAB
+from reference.dynamic_tree import DynamicTree
 from reference.sampling import SamplingParams
 
 __all__ = ["seeds", "pair_specs", "distribution_pairs", "rule_cases", "table_specs",
@@ -171,15 +172,28 @@ def batch_cases(draw, rows=(2, 4), vocab=(2, 24), max_new=(0, 16), k=(1, 6),
                      sampling=SamplingParams(stop_ids=stop_ids, seed=draw(seeds())))
 
 
+# Dynamic trees (reference/dynamic_tree.py): a shape grown per round from the draft's
+# confidence. Budgets that cut a level (only the most confident nodes get children) and chains
+# of one (topk 1), so that the shape differs from round to round and from a full tree.
+DYNAMIC_SHAPES = (DynamicTree(3, 2, 5), DynamicTree(4, 2, 8), DynamicTree(5, 2, 7),
+                  DynamicTree(3, 3, 9), DynamicTree(4, 1, 4))
+
+
+def _fits(shapes, vocab: int) -> list:
+    """The shapes a vocabulary allows (a dynamic tree's topk distinct greedy children)."""
+    return [s for s in shapes if not isinstance(s, DynamicTree) or s.topk <= vocab]
+
+
 @st.composite
 def tree_cases(draw, vocab=(2, 24), max_new=(0, 16),
                shapes=((2, 2, 2), (1,), (3,), (2, 1), (1, 1, 1, 1), (3, 2), (2, 2, 1, 1))
-               ) -> TreeCase:
-    """Greedy tree runs on qwen3 models: several shapes, any draft, sometimes a stop id."""
+               + DYNAMIC_SHAPES) -> TreeCase:
+    """Greedy tree runs on qwen3 models: several shapes (fixed and dynamic), any draft,
+    sometimes a stop id."""
     target = draw(qwen3_specs(vocab=vocab))
     return TreeCase(target=target, draft=draw(draft_specs(target)),
                     prompt=draw(prompts(target.vocab)), max_new_tokens=draw(st.integers(*max_new)),
-                    tree=draw(st.sampled_from(shapes)),
+                    tree=draw(st.sampled_from(_fits(shapes, target.vocab))),
                     sampling=SamplingParams(
                         stop_ids=tuple(draw(st.lists(st.integers(0, target.vocab - 1),
                                                      max_size=1))),
@@ -204,7 +218,8 @@ def deep_tree_cases(draw, vocab=(4, 12), max_new=(10, 24), shapes=DEEP_SHAPES) -
 
 
 @st.composite
-def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), (2, 1)),
+def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), (2, 1),
+                                                  DynamicTree(2, 2, 3), DynamicTree(3, 2, 4)),
                         length=(2, 3), top_k: bool = False, top_p: bool = False,
                         stops: bool = False) -> TreeCase:
     """Sampled tree runs whose first L tokens have an outcome space small enough for an exact
@@ -216,7 +231,7 @@ def tree_sampling_cases(draw, vocab=(3, 4), shapes=((2,), (3,), (2, 2), (1, 2), 
     if target.vocab ** L > 32:
         L = 2
     case = TreeCase(target=target, draft=draft, prompt=draw(prompts(target.vocab, 3)),
-                    max_new_tokens=L, tree=draw(st.sampled_from(shapes)),
+                    max_new_tokens=L, tree=draw(st.sampled_from(_fits(shapes, target.vocab))),
                     sampling=SamplingParams(temperature=draw(st.sampled_from(TEMPERATURES)),
                                             seed=draw(seeds())))
     return _sampling_options(draw, case, top_k, top_p, stops)

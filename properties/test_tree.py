@@ -33,6 +33,7 @@ from properties.checks.tree import (check_tree_bounds, check_tree_cache, check_t
 from properties.models import DraftSpec, Qwen3Spec
 from properties.strategies import (deep_tree_cases, trained_tree_cases, tree_cases,
                                    tree_sampling_cases)
+from reference.dynamic_tree import DynamicTree
 from reference.sampling import SamplingParams
 
 pytestmark = pytest.mark.family("tree")
@@ -69,9 +70,20 @@ C_SAMPLED = TreeCase(Qwen3Spec(6, seed=4), DraftSpec("random", 2), (1, 2), 10, t
                      sampling=SamplingParams(temperature=1.0, seed=14))
 
 
+# Dynamic trees (DynamicTree(depth, topk, budget), reference/dynamic_tree.py): a shape grown
+# per round from the draft's confidence. tree_cases draws them beside the fixed shapes; these
+# run in every profile. A close draft accepts deep paths through nodes with siblings, so a mask
+# that lets a node see its siblings (MaskSeesSiblings) changes the greedy output here.
+D_DYNAMIC = TreeCase(Qwen3Spec(8, seed=12), DraftSpec("noisy", 0), (1, 2), 12,
+                     tree=DynamicTree(4, 2, 8))
+C_DYNAMIC = TreeCase(Qwen3Spec(16, seed=3, layers=2), DraftSpec("noisy", 1), (3, 1, 4), 14,
+                     tree=DynamicTree(5, 2, 7))
+
+
 @pytest.mark.needs(kind="qwen3", greedy=True)
 @profiles.deterministic(0.6)
 @given(case=tree_cases(vocab=(4, 24)))
+@example(case=D_DYNAMIC)
 def test_tree_equals_chain_equals_greedy(impl, case):
     check_tree_greedy(impl, case)
 
@@ -122,6 +134,7 @@ def test_tree_sampled_stops_and_budgets(impl, case):
 @profiles.deterministic(0.2)
 @given(case=tree_cases(vocab=(4, 24), max_new=(6, 16)))
 @example(case=C_GREEDY)
+@example(case=C_DYNAMIC)
 def test_tree_cache_in_place(impl, case):
     check_tree_cache(impl, case)
 

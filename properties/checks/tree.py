@@ -3,7 +3,9 @@
     tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
                   temperature=0.0, generator=None, top_k=0, top_p=1.0)
 
-tree[d] is the number of children under every node at depth d. The properties:
+tree[d] is the number of children under every node at depth d; or a dynamic tree
+(reference.dynamic_tree.DynamicTree(depth, topk, budget): a shape grown per round from the
+draft's confidence, EAGLE-2 style), judged by the same properties. The properties:
 
 * greedy: the output equals the target's greedy continuation and the chain's
   (speculative_generate, when the implementation has it), for several tree shapes;
@@ -39,6 +41,7 @@ from properties.models import (Qwen3KitModel, Trace, TracedKVCache, build_pair,
                                qwen3_draft_module, qwen3_module)
 from properties.statistics import DELTA_TREE, DELTA_TREE_THOROUGH, chi_square_gof, plan
 from reference.cache import KVCache
+from reference.dynamic_tree import DynamicTree
 
 CHECK_GREEDY = "properties.checks.tree:check_tree_greedy"
 CHECK_SAMPLING = "properties.checks.tree:check_tree_sampling"
@@ -49,9 +52,19 @@ CHECK_BOUNDS = "properties.checks.tree:check_tree_bounds"
 KV_TOLERANCE = 1e-7
 
 
+def tree_arg(tree):
+    """The tree= argument: a DynamicTree as it is, a fixed shape as a tuple."""
+    return tree if isinstance(tree, DynamicTree) else tuple(tree)
+
+
+def tree_depth(tree) -> int:
+    """The most levels a round's tree has (a dynamic tree's depth; a fixed shape's length)."""
+    return tree.depth if isinstance(tree, DynamicTree) else len(tree)
+
+
 def tree_kwargs(impl, case: TreeCase, generator=None) -> dict:
     s = case.sampling
-    kw = {"tree": tuple(case.tree), "stop_ids": tuple(s.stop_ids)}
+    kw = {"tree": tree_arg(case.tree), "stop_ids": tuple(s.stop_ids)}
     if s.temperature > 0:
         kw["temperature"] = s.temperature
         if s.top_k:
@@ -105,14 +118,14 @@ def check_tree_greedy(impl, case: TreeCase):
     try:
         chain, _ = tokens_and_stats(impl, "speculative_generate", invoke(
             impl, "speculative_generate", target, draft, prompt, case.max_new_tokens,
-            k=len(case.tree), temperature=0.0, stop_ids=tuple(case.sampling.stop_ids),
+            k=tree_depth(case.tree), temperature=0.0, stop_ids=tuple(case.sampling.stop_ids),
             models=(("target", target), ("draft", draft)), inputs=(("prompt_ids", prompt),)))
     except EngineFault:
         return  # the chain's own faults are the engine families' to report
     if chain != tokens and not _tie(case, chain, tokens, gaps):
         fail(impl, prop, CHECK_GREEDY, case,
              f"tree_generate gave {tokens}, the chain (speculative_generate, k="
-             f"{len(case.tree)}) gave {chain}")
+             f"{tree_depth(case.tree)}) gave {chain}")
 
 
 def greedy_depths(case: TreeCase) -> list[int]:
@@ -120,7 +133,9 @@ def greedy_depths(case: TreeCase) -> list[int]:
     levels along which the target's greedy token is among the draft's top tree[d] tokens at
     that node (the children a greedy tree drafts). From float64 fresh prefills of both models,
     independent of any engine: a statement about the case, used to show that the deep cases
-    reach their deep levels."""
+    reach their deep levels. Fixed shapes only (a dynamic tree's shape depends on the round)."""
+    if isinstance(case.tree, DynamicTree):
+        raise ValueError(f"greedy_depths needs a fixed tree shape, got tree={case.tree!r}")
     target, draft = build_pair(case.target, case.draft)
     context, out, depths = list(case.prompt), [], []
     while len(out) < case.max_new_tokens:
@@ -294,7 +309,7 @@ def check_tree_bounds(impl, case: TreeCase, runs: int = 1):
             problem = (f"{len(tokens)} tokens, no stop id among them, fewer than "
                        f"max_new_tokens={case.max_new_tokens}")
         else:
-            problem = _stats_problem(stats, len(tokens), len(case.tree))
+            problem = _stats_problem(stats, len(tokens), tree_depth(case.tree))
         if problem:
             fail(impl, prop, CHECK_BOUNDS, case, f"{where}{problem}\n  output: {tokens}")
 

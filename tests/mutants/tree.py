@@ -13,14 +13,20 @@ after the last child (or at a leaf) draw from r, starting from r = p. The hooks:
     after_leaf(p_at, leaf, tree) the distribution of the token after a fully accepted path
     kept_nodes(tree, path)       the nodes whose cache entries are moved in place after the round
 
+    layout(parents)              a dynamic round's layout (its ancestor matrix is the mask)
+    residual_q(q_at, node, tree, q)  the q a rejection's residual subtracts (the node's own)
+
 Models are the kit's qwen3 models (the tree needs positions and a mask); the engine uses the
 chapter's cache interface plus `move`. The model tree layout comes from reference.tree.Tree.
+tree= is a fixed shape or a DynamicTree (reference/dynamic_tree.py: the shape grown per round
+from the draft's confidence by reference.dynamic_tree.grow; children i.i.d. under sampling).
 """
 
 from __future__ import annotations
 
 import torch
 
+from reference.dynamic_tree import as_dynamic_tree, grow
 from reference.sampling import greedy_token, probs_from_logits
 from reference.tree import Tree
 
@@ -67,15 +73,26 @@ class TreeSpeculator:
         """The tree layout, whose ancestor matrix makes the attention mask."""
         return Tree(tuple(branching))
 
+    def layout(self, parents):
+        """A dynamic round's layout from its parents array (the mask, as shape() for fixed)."""
+        return Tree.from_parents(parents)
+
+    def residual_q(self, q_at, node, tree, q):
+        """The draft distribution a rejection's residual subtracts: the one the node's children
+        were drawn from and tested with."""
+        return q
+
     # ------------------------------------------------------------------ the engine
     @torch.inference_mode()
     def tree_generate(self, target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2),
                       stop_ids=(), *, temperature=0.0, generator=None, top_k=0, top_p=1.0):
-        shape = self.shape(tree)
+        dynamic = not isinstance(tree, (tuple, list))
+        spec = as_dynamic_tree(tree) if dynamic else None
+        shape = None if dynamic else self.shape(tree)
         prompt = [int(t) for t in prompt_ids]
-        stops, depth = set(int(s) for s in stop_ids), len(shape.branching)
+        stops = set(int(s) for s in stop_ids)
         device = next(target.parameters()).device
-        capacity = len(prompt) + max_new_tokens + shape.size
+        capacity = len(prompt) + max_new_tokens + (spec.budget + 1 if dynamic else shape.size)
         t_cache, d_cache = target.new_cache(1, capacity), draft.new_cache(1, capacity)
         if len(prompt) > 1:
             head = torch.tensor([prompt[:-1]], device=device)
@@ -86,20 +103,13 @@ class TreeSpeculator:
         while len(out) < max_new_tokens:
             rounds += 1
             base = t_cache.length
-            tokens, q_at = [last] + [0] * (shape.size - 1), {}
-            for d in range(depth):
-                nodes = shape.level(d)
-                logits = draft(torch.tensor([[tokens[i] for i in nodes]], device=device), d_cache,
-                               shape.positions(nodes, base, device), shape.mask(nodes, base, device))[0]
-                for row, node in enumerate(nodes):
-                    kids = shape.children[node]
-                    if temperature == 0:
-                        picks = torch.sort(logits[row], descending=True, stable=True).indices[:len(kids)].tolist()
-                    else:
-                        q_at[node] = probs(logits[row])
-                        picks = self.draw_children(q_at[node], len(kids), generator)
-                    for kid, token in zip(kids, picks):
-                        tokens[kid] = int(token)
+            if dynamic:
+                shape, tokens, q_at = self._grow(spec, last, draft, d_cache, base, device,
+                                                 probs, temperature, generator)
+            else:
+                tokens, q_at = self._draft_fixed(shape, last, draft, d_cache, base, device,
+                                                 probs, temperature, generator)
+            depth = shape.depth_max
             every = list(range(shape.size))
             t_logits = target(torch.tensor([tokens], device=device), t_cache,
                               shape.positions(every, base, device), shape.mask(every, base, device))[0]
@@ -132,6 +142,44 @@ class TreeSpeculator:
             last = out[-1]
         return out, self._stats(out, rounds, accepted, depth)
 
+    def _draft_fixed(self, shape, last, draft, d_cache, base, device, probs, temperature,
+                     generator):
+        """A fixed shape's tokens, level by level -> (tokens, q_at)."""
+        tokens, q_at = [last] + [0] * (shape.size - 1), {}
+        for d in range(shape.depth_max):
+            nodes = shape.level(d)
+            logits = draft(torch.tensor([[tokens[i] for i in nodes]], device=device), d_cache,
+                           shape.positions(nodes, base, device), shape.mask(nodes, base, device))[0]
+            for row, node in enumerate(nodes):
+                kids = shape.children[node]
+                if temperature == 0:
+                    picks = torch.sort(logits[row], descending=True, stable=True).indices[:len(kids)].tolist()
+                else:
+                    q_at[node] = probs(logits[row])
+                    picks = self.draw_children(q_at[node], len(kids), generator)
+                for kid, token in zip(kids, picks):
+                    tokens[kid] = int(token)
+        return tokens, q_at
+
+    def _grow(self, spec, last, draft, d_cache, base, device, probs, temperature, generator):
+        """A dynamic round's tree (reference.dynamic_tree.grow) -> (layout, tokens, q_at)."""
+
+        def node_logits(tree, tokens, nodes):
+            lay = self.layout(tree.parent)
+            feed = torch.tensor([[tokens[i] for i in nodes]], device=device)
+            return draft(feed, d_cache, lay.positions(nodes, base, device),
+                         lay.mask(nodes, base, device))[0]
+
+        def children_of(logits, m):
+            if temperature == 0:
+                return (torch.sort(logits, descending=True, stable=True).indices[:m].tolist(),
+                        torch.softmax(logits.double(), -1))
+            q = probs(logits)
+            return self.draw_children(q, m, generator), q
+
+        tree, tokens, q_at = grow(spec, last, node_logits, children_of)
+        return self.layout(tree.parent), tokens, q_at
+
     def _walk(self, node, kids, tokens, q_at, t_logits, probs, shape, generator):
         """One node's recursive rejection -> (accepted child or None, token drawn if None)."""
         p = probs(t_logits[node])
@@ -145,7 +193,7 @@ class TreeSpeculator:
             u = self.sibling_uniform(generator, u)
             if u * q[x] < self.tested_against(p, r)[x]:
                 return kid, None
-            r = self.next_residual(p, r, q)
+            r = self.next_residual(p, r, self.residual_q(q_at, node, shape, q))
             earlier.append(x)
         return None, int(torch.multinomial(r, 1, generator=generator))
 
@@ -285,3 +333,42 @@ MUTANTS = [ResidualNotCarried, SiblingsAgainstOriginalP, WithoutReplacementUnren
            RenormalizedWithReplacement, BonusFromParent, CacheFromWrongPath,
            QFromFirstNodeOfLevel, OneUniformForSiblings, MaskSeesUncles]
 CORRECT = [TreeSpeculator]
+
+
+def _with_siblings(tree):
+    """A layout whose mask also lets each node see its siblings (its parent's other children)."""
+    for i in range(1, tree.size):
+        for sibling in tree.children[tree.parent[i]]:
+            tree.ancestors[i, sibling] = True
+    return tree
+
+
+class MaskSeesSiblings(TreeSpeculator):
+    """The tree mask lets a node attend to its siblings as well as its ancestors (a mask made
+    per level that opens the node's whole sibling group): a node's logits are computed after
+    tokens that are not on its path, in the draft and in the target's verify."""
+
+    caught_by = "tree"
+    detected_when = "an accepted node with siblings whose logits change the next token"
+
+    def shape(self, branching):
+        return _with_siblings(Tree(tuple(branching)))
+
+    def layout(self, parents):
+        return _with_siblings(Tree.from_parents(parents))
+
+
+class ResidualFromParent(TreeSpeculator):
+    """After a rejected child, the residual subtracts the draft distribution of the node's
+    PARENT (the q one level up, which its own siblings were drawn from), not of the node whose
+    children were tested. Right at the root (no parent); wrong below it."""
+
+    caught_by = "tree"
+    detected_when = "a node below the root reached with children, one of them rejected"
+
+    def residual_q(self, q_at, node, tree, q):
+        parent = tree.parent[node]
+        return q_at[parent] if parent >= 0 else q
+
+
+MUTANTS += [MaskSeesSiblings, ResidualFromParent]
