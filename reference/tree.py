@@ -31,6 +31,9 @@ the draft given that child's path, independently of the tests above it, so the n
 in the same situation: every committed token is distributed as the target's next-token law
 given the committed prefix, which is the target's ancestral sampling (chain rule). The proof
 needs q unchanged for every sibling: that is exactly why children are drawn with replacement.
+Nothing above uses the tree's shape: the proof holds for any parents array, and for a shape
+chosen per round from the draft alone (how many children a node gets fixed before they are
+drawn), which is what reference/dynamic_tree.py's dynamic trees do.
 Z = 0 means r <= q everywhere, i.e. r == q, where rejection has probability 0; with rounding
 it falls back to r. Temperature, top-k and top-p filter p and q exactly as in the chain.
 """
