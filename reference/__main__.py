@@ -6,6 +6,10 @@ numbers show the mechanics, not real-world speed.
 trained on the Python standard library's sources, its early exit and a small separately trained
 draft, continuing a held-out prompt (text the models never saw); the text is printed.
 
+--draft eagle, eagle3, medusa, mtp: a feature-level head (reference/heads/), drafting from the
+target's hidden states; random weights with --model random, the trained EAGLE-3 head
+(reference/trained/eagle3, make models-heads) with --model trained.
+
 Every draft's greedy output is compared with the target's own greedy output.
 """
 
@@ -14,14 +18,29 @@ import json
 
 import torch
 
+from reference.heads import KINDS as HEAD_KINDS
+from reference.heads.random import random_head
 from reference.model import EarlyExit, random_model
 from reference.speculative import PromptLookup, greedy_generate, sample_generate, speculative_generate
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
-DRAFTS = ("all", "perfect", "early-exit", "small", "prompt-lookup")
+DRAFTS = ("all", "perfect", "early-exit", "small", "prompt-lookup", *HEAD_KINDS)
 
 
-def _drafts(target, which, early_layers, small=None):
+def _heads(target, small, trained_head):
+    """--draft KIND: random heads for the random target, the trained EAGLE-3 head for the
+    trained one."""
+    if small is None:
+        return {kind: [(f"{kind} head (random weights)", random_head(kind, target, seed=1))]
+                for kind in HEAD_KINDS}
+    if trained_head is None:
+        return {}
+    size = sum(p.numel() for p in trained_head.parameters())
+    return {"eagle3": [(f"EAGLE-3 head trained on the target ({size:,} parameters)",
+                        trained_head)]}
+
+
+def _drafts(target, which, early_layers, small=None, trained_head=None):
     perfect = ("target itself (perfect draft)", target)
     early = (f"first {early_layers} of {len(target.layers)} layers",
              EarlyExit(target, early_layers).eval())
@@ -32,16 +51,23 @@ def _drafts(target, which, early_layers, small=None):
         choices["small"] = [(f"small trained draft ({sum(p.numel() for p in small.parameters()):,} "
                              f"parameters)", small)]
         choices["all"] = [early, choices["small"][0], lookup]
+    choices |= _heads(target, small, trained_head)
+    if small is not None and "eagle3" in choices:
+        choices["all"].append(choices["eagle3"][0])
     if which not in choices:
-        raise ValueError(f"--draft {which} needs --model trained (the random models have no "
-                         f"separately trained draft)")
+        if which == "small":
+            raise ValueError(f"--draft {which} needs --model trained (the random models have "
+                             f"no separately trained draft)")
+        raise ValueError(f"--draft {which}: the trained target has no trained {which} head "
+                         f"(an EAGLE-3 head is trained by make models-heads); use --model "
+                         f"random for a head with random weights")
     return choices[which]
 
 
 def _models(args):
-    """(target, small draft or None, prompt ids, decode or None)."""
+    """(target, small draft or None, prompt ids, decode or None, trained EAGLE-3 head or None)."""
     if args.model == "random":
-        return random_model("tiny", seed=args.seed, dtype=torch.float64), None, PROMPT, None
+        return random_model("tiny", seed=args.seed, dtype=torch.float64), None, PROMPT, None, None
     from reference.pretrained import load
     pair = load()
     prompts = pair.prompts()
@@ -50,11 +76,12 @@ def _models(args):
                          f"{args.prompt}")
     if args.early_layers is None:
         args.early_layers = pair.exit_layers
-    return pair.target, pair.small, prompts[args.prompt], pair.decode
+    head = pair.eagle3() if (pair.path / "eagle3" / "config.json").is_file() else None
+    return pair.target, pair.small, prompts[args.prompt], pair.decode, head
 
 
 def speculate(args) -> list[dict]:
-    target, small, prompt, decode = _models(args)
+    target, small, prompt, decode, head = _models(args)
     early_layers = 2 if args.early_layers is None else args.early_layers
     sampling = args.temperature > 0
     lines = []
@@ -62,7 +89,7 @@ def speculate(args) -> list[dict]:
         lines.append({"prompt_text": decode(prompt)})
     if not sampling:
         reference = greedy_generate(target, prompt, args.max_new_tokens)
-    for name, draft in _drafts(target, args.draft, early_layers, small):
+    for name, draft in _drafts(target, args.draft, early_layers, small, head):
         generator = torch.Generator().manual_seed(args.seed)
         tokens, stats = speculative_generate(
             target, draft, prompt, args.max_new_tokens, k=args.k, temperature=args.temperature,

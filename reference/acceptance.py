@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 
 from reference.cache import KVCache
+from reference.heads import is_head
+from reference.heads.replay import round_logits
 from reference.sampling import probs_from_logits
 from reference.speculative import speculative_generate
 
@@ -52,6 +54,11 @@ class _Recorded(torch.nn.Module):
     def forward(self, ids, cache, positions=None, mask=None):
         self.events.append(("call", cache.length, ids.shape[1]))
         return self.inner(ids, cache, positions, mask)
+
+    def forward_hidden(self, ids, cache, hidden):
+        # a head's target forward (its hidden states too): recorded as a call like forward
+        self.events.append(("call", cache.length, ids.shape[1]))
+        return self.inner.forward_hidden(ids, cache, hidden)
 
 
 def rounds_of(events) -> list[tuple[int, int, int]]:
@@ -95,16 +102,19 @@ def measure(target, draft, prompts, max_new_tokens: int, k: int, temperature: fl
         output, stats = speculative_generate(recorded, draft, prompt, max_new_tokens, k=k,
                                              temperature=temperature, generator=generator)
         seq = list(prompt) + list(output)
-        alpha = exact_acceptance(_teacher_forced(target, seq), _teacher_forced(draft, seq),
-                                 temperature)
+        target_logits = _teacher_forced(target, seq)
+        draft_rows = _draft_rows(target, draft, seq)
         for start, proposed, got in rounds_of(recorded.events):
-            for i in range(1, proposed + 1):
-                if i > got + 1:
-                    break
+            reach = min(proposed, got + 1)   # proposal i is reached when 1 .. i - 1 were accepted
+            if reach == 0:
+                continue
+            # proposal i predicts the token at index start + i from seq[:start + i]
+            alpha = exact_acceptance(target_logits[start:start + reach],
+                                     draft_rows(start, reach), temperature)
+            for i in range(1, reach + 1):
                 reached[i - 1] += 1
                 accepted[i - 1] += got >= i
-                # proposal i predicts the token at index start + i from seq[:start + i]
-                exact[i - 1] += float(alpha[start + i - 1])
+                exact[i - 1] += float(alpha[i - 1])
         tokens += len(output)
         calls += stats["rounds"]
     total_reached = sum(reached)
@@ -118,6 +128,24 @@ def measure(target, draft, prompts, max_new_tokens: int, k: int, temperature: fl
         "reached": reached,
         "tokens_per_target_call": round(tokens / calls, 4),
     }
+
+
+def _draft_rows(target, draft, seq):
+    """(start, count) -> the draft's logits for proposals 1 .. count of the round that began
+    with seq[:start + 1] committed, [count, V]. A draft model's are a function of the context:
+    one teacher-forced forward gives them all. A head's depend on where the round began (its
+    first law reads the verified features, the later ones its own outputs): replayed per round
+    from the target's features over seq."""
+    if not is_head(draft):
+        rows = _teacher_forced(draft, seq)
+        return lambda start, count: rows[start:start + count]
+    p = target.model.embed_tokens.weight
+    cache = KVCache(len(target.layers), 1, target.config.num_key_value_heads,
+                    target.config.head_dim, len(seq), p.dtype, p.device)
+    with torch.no_grad():
+        features = target.forward_hidden(torch.tensor([seq], device=p.device), cache,
+                                         draft.hidden)[1][0]
+    return lambda start, count: round_logits(draft, features, seq, start, count).double()
 
 
 def measure_all(pair, prompts, max_new_tokens: int = 64, k: int = 4) -> dict:

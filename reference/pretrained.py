@@ -45,6 +45,14 @@ class TrainedPair:
     def drafts(self) -> dict:
         return {"early-exit": self.early_exit(), "small": self.small}
 
+    def eagle3(self):
+        """The EAGLE-3 head trained on this target (make models-heads), in the target's dtype."""
+        from reference.heads.checkpoint import load_head
+        path = self.path / "eagle3"
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no EAGLE-3 head at {str(path)!r}: run `make models-heads`")
+        return load_head(path, self.target)
+
     def prompts(self) -> list[list[int]]:
         """Held-out prompts (token ids), in the order the manifest's figures used them."""
         return [p["ids"] for p in self.held["prompts"]]

@@ -198,3 +198,14 @@ def test_speculative_generate_refuses_heads_where_they_cannot_draft(target, head
                                 num_key_value_heads=2, head_dim=8), dtype=torch.float64)
     with pytest.raises(ValueError, match="share a vocabulary: draft vocab_size=32"):
         speculative_generate(target, random_head("eagle", other), [1, 2], 4)
+
+
+def test_the_demo_drafts_with_each_head(capsys):
+    """python -m reference speculate --draft KIND (random heads on the random tiny target)."""
+    import json as json_
+    from reference.__main__ import main
+    for kind in ("eagle", "eagle3", "medusa", "mtp"):
+        main(["speculate", "--draft", kind, "--max-new-tokens", "8"])
+        line = json_.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert line["draft"] == f"{kind} head (random weights)"
+        assert line["identical_to_target_greedy"] is True

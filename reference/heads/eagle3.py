@@ -63,6 +63,7 @@ class Eagle3Head(nn.Module):
         feed the fc (default_hidden). draft_vocab: the target ids of the draft vocabulary, in
         draft-index order (d2t), or None for the target's whole vocabulary."""
         super().__init__()
+        self.target_config = config
         self.config = one_layer(config)
         self.hidden = default_hidden(config.num_hidden_layers) if hidden is None else hidden
         if not isinstance(self.hidden, HiddenStates):
