@@ -85,7 +85,8 @@ models-large: $(STAMP)
 #   RUNS         runs of every statistical family on every correct engine (each run: the
 #                family's tests as the dev profile runs them, with fresh seeds);
 #   CHEAP_RUNS   more of the families that cost seconds per run (the rule on the reference,
-#                sampler, batched), and SERVED_RUNS more of served_sequence (about 75 s a run);
+#                sampler, batched), and SERVED_RUNS more of served_sequence (about 75 s a run)
+#                and served_params (its laws of two tokens, of several rounds, and of n > 1);
 #   POWER_RUNS   every family on an engine deviating by its design total variation and by 0.5
 #                and 0.75 of it (batched: 0.1, 0.25 and 1);
 #   DESIGN_RUNS  more runs at the design deviation of the cheap deviating engines (rule,
@@ -110,7 +111,7 @@ calibration: $(STAMP)
 	$(CALIBRATE) run --runs $(CHEAP_RUNS) --seed $$(( $(CALIBRATION_SEED) + 1000 )) \
 		--families rule,sampler,batched --impls reference,own-sampler,fast $(CALIBRATE_ARGS)
 	$(CALIBRATE) run --runs $(SERVED_RUNS) --seed $$(( $(CALIBRATION_SEED) + 1000 )) \
-		--families served_sequence $(CALIBRATE_ARGS)
+		--families served_sequence,served_params $(CALIBRATE_ARGS)
 	$(CALIBRATE) power --runs $(POWER_RUNS) --seed $$(( $(CALIBRATION_SEED) + 2000 )) \
 		$(CALIBRATE_ARGS)
 	$(CALIBRATE) power --runs $(DESIGN_RUNS) --seed $$(( $(CALIBRATION_SEED) + 3000 )) \

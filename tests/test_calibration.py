@@ -250,6 +250,32 @@ def test_deviating_server_samples_the_reweighted_law_and_keeps_seeds():
         deviate.DeviatingServer(0.0)
 
 
+def test_deviating_server_moves_the_law_under_penalties_too():
+    """The same under a repetition penalty and a logit bias (the served_params family's laws,
+    several rounds long): the completions have the law P w of the exact law under the fake's
+    OpenAI formula, whatever each request's seed."""
+    from reference.penalties import OPENAI
+    from reference.sampling import SamplingParams
+    prompt, L = (0, 1, 2, 0, 1, 2, 0, 1), 4
+    params = SamplingParams(temperature=0.7, top_k=2, repetition_penalty=1.6,
+                            logit_bias=((1, 1.0),))
+    law = oracle.served_law(prompt, L, 0.7, 2, 1.0, params=params, formula=OPENAI)
+    w = deviate.weights(list(law.values()), 0.15)
+    moved = {o: pr * wi for (o, pr), wi in zip(law.items(), w)}
+    server = deviate.DeviatingServer(0.15)
+    out = Counter()
+    for s in range(2000):
+        tokens, cut = server._generate_shaped(list(prompt), L, params, set(),
+                                              np.random.default_rng([s, 0]))
+        out[tuple(tokens)] += 1
+        assert cut is None
+    assert statistics.chi_square_gof(out, moved, alpha=1e-4).passed
+    assert not statistics.chi_square_gof(out, law, alpha=1e-4).passed
+    greedy = SamplingParams(repetition_penalty=1.6)
+    assert server._generate_shaped(list(prompt), 8, greedy, set(), None)[0] == \
+        oracle.served_greedy(prompt, 8, params=greedy, formula=OPENAI)
+
+
 @pytest.mark.extra
 def test_deviating_reference_engine_samples_the_reweighted_law():
     """The same on the reference engine and a kit table model (about 15 s)."""

@@ -43,6 +43,8 @@ MODULES = {
     "batched": "properties.test_batched",
     "tree": "properties.test_tree",
     "served_sequence": "properties.test_served_sequence",
+    # its laws under penalties, min_p and a bias (two tokens and several rounds) and n > 1
+    "served_params": "properties.test_served_params",
 }
 PROFILE = "dev"   # the profile whose example counts a run reproduces
 

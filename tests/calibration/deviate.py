@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -40,13 +41,15 @@ import torch
 
 from properties import oracle, statistics
 from properties.checks.served import DELTA_SERVED
+from reference.penalties import OPENAI
 from tests.fakes.server import FakeServer
 
 # family -> its design TV (the correct implementation whose deviating copy is measured:
 # engines.POWER_IMPL)
 DESIGN = {"rule": statistics.DELTA_RULE, "sequence": statistics.DELTA_SEQUENCE,
           "tree": statistics.DELTA_TREE, "sampler": statistics.DELTA_SEQUENCE,
-          "batched": statistics.DELTA_BATCHED, "served_sequence": DELTA_SERVED}
+          "batched": statistics.DELTA_BATCHED, "served_sequence": DELTA_SERVED,
+          "served_params": DELTA_SERVED}
 # family -> the tests whose checks are sized for DESIGN[family] (None: all of the family's):
 # the sequence and sampler tests on qwen3 models are sized for DELTA_SEQUENCE_QWEN3 instead
 POWER_TESTS = {"sequence": ("test_sampling_table", "test_top_k_table", "test_top_p_table",
@@ -55,7 +58,13 @@ POWER_TESTS = {"sequence": ("test_sampling_table", "test_top_k_table", "test_top
                # the tree's statistical tests only: a residual draw taken from the enumerated law
                # carries another run's stats, which the stops-and-stats tests would reject for
                # that reason, not for the deviation
-               "tree": ("test_tree_sampling_exact", "test_tree_filters_exact")}
+               "tree": ("test_tree_sampling_exact", "test_tree_filters_exact"),
+               # its laws sized for DELTA_SERVED (n > 1 is sized for its pairs, DELTA_PAIR)
+               "served_params": ("test_law_repetition_penalty",
+                                 "test_law_presence_and_frequency_penalties", "test_law_min_p",
+                                 "test_law_logit_bias", "test_law_rounds_repetition_penalty",
+                                 "test_law_rounds_presence_and_frequency_penalties",
+                                 "test_law_rounds_logit_bias_with_penalties")}
 FRACTIONS = (0.5, 0.75, 1.0)   # deviations measured, as fractions of the design TV
 MAX_LAW_LENGTH = 6   # longer outputs (the determinism probe's 24 tokens) pass unchanged
 RESIDUAL_TRIES = 20  # engine runs that look for an outcome of S+ before one is drawn from P
@@ -275,8 +284,9 @@ def deviating_batched(base, delta: float):
 class DeviatingServer(FakeServer):
     """The project's fake server (exact sampling from the float64 served target) with each
     sampled completion's law reweighted as above (_deviated, its uniforms drawn from the
-    request's own generator, so a seed still fixes the answer). Completions longer than
-    MAX_LAW_LENGTH pass unchanged."""
+    request's own generator, so a seed still fixes the answer), also under penalties, min_p
+    and a logit bias (the law under the fake's OpenAI formula; stop strings aside).
+    Completions longer than MAX_LAW_LENGTH pass unchanged."""
 
     def __init__(self, delta: float):
         super().__init__()
@@ -294,6 +304,20 @@ class DeviatingServer(FakeServer):
         key = ("served", tuple(ids), max_tokens, temperature, top_k, top_p, stop_ids)
         return _deviated(once(), once, _deviation(key, tuple(law.items()), self.delta),
                          rng.random)
+
+    def _generate_shaped(self, ids, max_tokens, params, stops, rng):
+        def once():
+            return super(DeviatingServer, self)._generate_shaped(ids, max_tokens, params, stops,
+                                                                 rng)
+        if params.greedy or params.stop_strings or max_tokens > MAX_LAW_LENGTH:
+            return once()
+        stop_ids = tuple(sorted(stops))
+        law = oracle.served_law(tuple(ids), max_tokens, params.temperature, params.top_k,
+                                params.top_p, stop_ids, params=params, formula=OPENAI)
+        key = ("served-shaped", tuple(ids), max_tokens, replace(params, seed=None), stop_ids)
+        tokens = _deviated(once()[0], lambda: once()[0],
+                           _deviation(key, tuple(law.items()), self.delta), rng.random)
+        return tokens, None
 
 
 def deviating(impl, family: str, delta: float):

@@ -19,11 +19,13 @@ CORRECT = {
     "batched": ("fast",),
     "tree": ("reference", "fast"),
     "served_sequence": ("served",),
+    "served_params": ("served",),
 }
 SHORT = {OWN_SAMPLER: "own-sampler"}
 # family -> the correct implementation whose deviating copy (deviate.py) its power is measured on
 POWER_IMPL = {"rule": "reference", "sequence": "reference", "tree": "reference",
-              "sampler": OWN_SAMPLER, "batched": "fast", "served_sequence": "served"}
+              "sampler": OWN_SAMPLER, "batched": "fast", "served_sequence": "served",
+              "served_params": "served"}
 
 _loaded: dict = {}
 _fakes: list = []
