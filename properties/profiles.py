@@ -143,6 +143,7 @@ def stateful(scale: float):
     ``deterministic(scale).max_examples`` examples: records that count for `stated`."""
     def decorate(test):
         test.kit_stateful_examples = lambda: deterministic(scale).max_examples
+        test.kit_deterministic_scale, test.kit_hit_rate = scale, None
         return test
     return decorate
 

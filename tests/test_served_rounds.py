@@ -22,7 +22,7 @@ from reference.penalties import OPENAI
 from reference.sampling import SamplingParams
 from tests.fakes.engine import FAKE
 from tests.fakes.server import FakeServer
-from tests.fakes.speculating import (Greedy, Sampled, SpeculatingServer, exact_law,
+from tests.fakes.speculating import (Greedy, Sampled, RoundsServer, exact_law,
                                      total_variation)
 from tests.mutants.served_params import GeneratorRolledBack, RejectedKeptInHistory
 
@@ -60,7 +60,7 @@ def test_the_correct_speculating_server_has_the_exact_law():
     """Its rounds (greedy proposals of a draft, token-wise verification, residual draws,
     bonus tokens) enumerated decision by decision give the oracle's law of ancestral sampling,
     with penalties, a bias and none; and its greedy output is the exact greedy output."""
-    good = SpeculatingServer()
+    good = RoundsServer()
     for name in LAW_TESTS:
         case = explicit(name)[0]
         law = exact_law(good, case.prompt, case.max_tokens, case.sampling)
@@ -72,7 +72,7 @@ def test_the_correct_speculating_server_has_the_exact_law():
                                                     params=case.sampling, formula=OPENAI)
 
 
-@pytest.mark.parametrize("server", (SpeculatingServer,) + MUTANTS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("server", (RoundsServer,) + MUTANTS, ids=lambda c: c.__name__)
 def test_sampled_rounds_follow_the_enumerated_law(server):
     """What the server samples (its generator, restored or not) is what the enumeration says:
     3,000 completions against the enumerated law, chi-square at 1e-3."""
@@ -127,7 +127,7 @@ def test_law_rounds_refuses_an_output_too_short_for_two_rounds():
 # --------------------------------------------------------------------------- the checks, served
 
 def test_correct_speculating_server_passes_the_rounds_checks():
-    with SpeculatingServer() as fake, FakeServer() as base:
+    with RoundsServer() as fake, FakeServer() as base:
         impl = impl_of(fake, base)
         for name in LAW_TESTS:
             for case in explicit(name):

@@ -1,6 +1,6 @@
 """The fake server speculating for real, in rounds, and the exact law of what it answers.
 
-`SpeculatingServer` is tests/fakes/server.py's FakeServer (the same HTTP answers, the OpenAI
+`RoundsServer` is tests/fakes/server.py's FakeServer (the same HTTP answers, the OpenAI
 formula for penalties, min_p and logit_bias) whose completions are made as an engine makes them:
 the first token from the prefill, then rounds of K greedy proposals of a draft model
 (draft-early-exit), each verified token by token against the target's law after the committed
@@ -25,6 +25,10 @@ generator's state). Two kinds of Draws run it:
 path are a script; each new decision's other branches become new scripts), and adds up each
 output's probability: the exact law of the server's answers, correct or broken, with no
 sampling (tests/test_served_rounds.py checks it against the oracle's law for the correct server).
+
+(tests/mutants/served_acceptance.py's SpeculatingServer speculates too, for the acceptance
+counters: sampled or greedy proposals and several schedules, with no penalty history. This one
+carries the penalty history across rounds and knows its own law exactly.)
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ class RoundState:
     mark: object = None
 
 
-class SpeculatingServer(FakeServer):
+class RoundsServer(FakeServer):
     """FakeServer whose token-id completions (stop strings aside) are speculated in rounds."""
 
     draft = DRAFT
@@ -223,7 +227,7 @@ class SpeculatingServer(FakeServer):
 
 # --------------------------------------------------------------------------- the exact law
 
-def exact_law(server: SpeculatingServer, prompt, max_tokens: int, params: SamplingParams,
+def exact_law(server: RoundsServer, prompt, max_tokens: int, params: SamplingParams,
               stops=()) -> dict:
     """outcome (tuple of tokens) -> the exact probability that `server` answers it, by
     enumerating every path of its decisions (the module's docstring)."""

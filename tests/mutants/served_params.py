@@ -45,7 +45,7 @@ from properties import oracle
 from properties.models import tokenizer
 from reference.penalties import OPENAI
 from tests.fakes.server import FakeServer
-from tests.fakes.speculating import SpeculatingServer
+from tests.fakes.speculating import RoundsServer
 
 DRAFT = "draft-early-exit"
 
@@ -105,7 +105,7 @@ class SharedStreamN(FakeServer):
         return np.random.default_rng([int(seed or 0), 0])
 
 
-class RejectedKeptInHistory(SpeculatingServer):
+class RejectedKeptInHistory(RoundsServer):
     def round_history(self, state, ids, out):
         return tuple(ids), tuple(out) + tuple(state.kept)
 
@@ -113,7 +113,7 @@ class RejectedKeptInHistory(SpeculatingServer):
         state.kept.append(proposal)
 
 
-class GeneratorRolledBack(SpeculatingServer):
+class GeneratorRolledBack(RoundsServer):
     def round_start(self, state, draws):
         state.mark = draws.mark()
 
