@@ -100,6 +100,7 @@ class TreeSpeculator:
             draft(head, d_cache)
         probs = lambda logits: probs_from_logits(logits.double(), temperature, top_k, top_p)
         out, rounds, accepted, last = [], 0, 0, prompt[-1]
+        depth = spec.depth if dynamic else shape.depth_max     # a round's depth, set per round
         while len(out) < max_new_tokens:
             rounds += 1
             base = t_cache.length
