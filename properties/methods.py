@@ -6,8 +6,9 @@ and report need to know about how an engine speculates.
                 convention and verification rule
     Drafter     what proposes: a draft model the kit also holds (its next-logits are known, so
                 greedy counters and the acceptance law are replayed exactly), a lookup over the
-                context (n-gram, prompt lookup: the kit replays whether it proposes), or nothing
-                the kit knows
+                context (n-gram, prompt lookup: the kit replays whether it proposes), a lookup
+                whose engine keeps state beside the context (StatefulLookup: only the engine's
+                own counts say whether it proposed), or nothing the kit knows
 
 An engine's file declares its methods with these objects (`Method("ngram", ..., LOOKUP)`);
 no other module interprets a draft kind: a check asks the object (`drafter.model`,
@@ -99,6 +100,48 @@ class Lookup:
 
     def describe(self) -> str:
         return f"lookup of {self.min_n}-{self.max_n} tokens in the context"
+
+
+@dataclass(frozen=True)
+class StatefulLookup:
+    """A drafter that drafts from the context by a rule the kit does not replay: which earlier
+    occurrence it copies, how many tokens, and whether it drafts at all depend on state the
+    engine keeps beside the context (a map per server slot that outlives requests, a hash pool
+    shared by every request, n-gram statistics with thresholds, the count accepted last time).
+    So `proposes` says None: whether a judged position was speculated comes only from the
+    engine's own per-response draft counts (speculation.send), never from a replay. Like a
+    `Lookup` it gets the covering prompt (COVER, `repeats` times: a drafter that needs a token
+    seen twice before it proposes gets every token twice), and like one its proposals are no
+    model's law, so the counters and the acceptance law are not replayed."""
+
+    rule: str                 # what it proposes, in words, with the engine's source
+    state: str                # what it keeps beyond the request's context
+    repeats: int = 1          # copies of COVER in front of the prompt
+
+    model = None
+    replays = False
+    lookup = True             # it drafts from the context: the kit's prompts must repeat
+    perfect = False
+    trained_only = False
+    export = None
+
+    def __post_init__(self):
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise ValueError(f"StatefulLookup: repeats={self.repeats!r}, must be an int >= 1")
+
+    def proposes(self, prompt, tokens) -> None:
+        """Not replayed: the engine's state decides (the class's docstring)."""
+        return None
+
+    def cover(self, case):
+        """The case behind `repeats` copies of COVER (Lookup.cover's prompt, repeated)."""
+        prefix = COVER * self.repeats
+        if tuple(case.prompt[:len(prefix)]) == prefix:
+            return case
+        return case.replace(prompt=prefix + tuple(case.prompt))
+
+    def describe(self) -> str:
+        return f"{self.rule} (not replayed: {self.state})"
 
 
 @dataclass(frozen=True)
@@ -213,7 +256,7 @@ class HeadDraft:
 # the heads' kinds, and their names in the papers
 HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
 
-Drafter = ModelDraft | Lookup | Unknown | Scripted | HeadDraft
+Drafter = ModelDraft | Lookup | StatefulLookup | Unknown | Scripted | HeadDraft
 
 PERFECT = ModelDraft("target")
 EARLY_EXIT = ModelDraft("draft-early-exit")
@@ -241,9 +284,10 @@ class Method:
     lossy: str | None = None
 
     def __post_init__(self):
-        if not isinstance(self.drafter, (ModelDraft, Lookup, Unknown, Scripted, HeadDraft)):
+        if not isinstance(self.drafter, (ModelDraft, Lookup, StatefulLookup, Unknown, Scripted,
+                                         HeadDraft)):
             raise TypeError(f"Method {self.name!r}: drafter={self.drafter!r} is not a Drafter "
-                            f"(properties.methods: ModelDraft, Lookup, Unknown, Scripted; e.g. PERFECT)")
+                            f"(properties.methods: ModelDraft, Lookup, StatefulLookup, Unknown, Scripted; e.g. PERFECT)")
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise ValueError(f"Method {self.name!r}: k={self.k!r}, must be an int >= 1")
         if self.proposals is not None and self.proposals not in PROPOSALS:

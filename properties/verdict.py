@@ -78,14 +78,23 @@ def decide(session, entries: dict, exitstatus) -> Outcome:
     interrupted = exitstatus is None or int(exitstatus) == int(pytest.ExitCode.INTERRUPTED)
     complete = not interrupted and not unreported and session.stopped_by_limit is None
     not_shown = [n for e in entries.values() for n in e["not_shown_tests"]]
+    # a mode the engine itself names lossy: its failures are the checks' own, and the verdict
+    # says the engine named it so (the negative control worked); never a verdict of its own
+    lossy = declared_lossy(session)
+    named = f"; the engine names this mode lossy: {lossy}" if lossy else ""
+    # failures decide the verdict, but tests that saw nothing drafted judged nothing: said
+    unjudged = (f"; {len(not_shown)} test(s) not shown (nothing drafted where they judge)"
+                if not_shown else "")
     if failures:
         text = f"NOT CONFORMANT: {len(failures)} failure(s)"
         if session.known_source:
             text += " not known" + (f", {len(known)} known" if known else "")
-        outcome = Outcome("NOT CONFORMANT", text, 1, known=known, new=failures)
+        outcome = Outcome("NOT CONFORMANT", text + unjudged + named, 1, known=known,
+                          new=failures)
     elif known:
         outcome = Outcome("NOT CONFORMANT", f"NOT CONFORMANT (all failures known: {len(known)}, "
-                                            f"listed in {session.known_source})", 0, known=known)
+                                            f"listed in {session.known_source}){unjudged}{named}",
+                          0, known=known)
     elif not complete:
         why = ("the run was interrupted" if exitstatus is not None and interrupted
                else "the run has not finished (or the process ended early)" if exitstatus is None
@@ -101,7 +110,10 @@ def decide(session, entries: dict, exitstatus) -> Outcome:
                                        "have run (the engine's counters show no drafted token)",
                           1)
     else:
-        outcome = Outcome("CONFORMANT", _conformant_text(session.impl), 0)
+        text = _conformant_text(session.impl)
+        if lossy:   # a blind spot of the kit's, or of the mode's description: said, not hidden
+            text += (f" (yet the engine names this mode lossy: {lossy}; no check caught it)")
+        outcome = Outcome("CONFORMANT", text, 0)
     if session.stopped_by_limit is not None:
         reached = len(session.outcomes)
         outcome = replace(outcome, text=f"{outcome.text} (stopped by its time limit of "
@@ -109,6 +121,12 @@ def decide(session, entries: dict, exitstatus) -> Outcome:
                                         f"{len(session.planned)} tests reached)",
                           exit=1 if outcome.exit == 1 else 2)
     return outcome
+
+
+def declared_lossy(session) -> str | None:
+    """The engine's own words naming the run's method lossy (Method.lossy), or None."""
+    method = getattr(session.launch, "method", None) or getattr(session.impl, "method", None)
+    return getattr(method, "lossy", None)
 
 
 def _speculation_ran(session, entries) -> bool:

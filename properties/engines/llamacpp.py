@@ -7,6 +7,14 @@ alone loads but drafts nothing (generation_settings["speculative.types"] says "n
 ``--spec-draft-p-min 0`` and ``--spec-draft-n-min 0`` make the draft propose k tokens every
 round (the default p_min stops a draft early when it is unsure), so the kit's exact replay of
 the acceptance applies; the last round is capped to the tokens still wanted ("capped").
+
+Every `--spec-type` of the built version that runs on the kit's models here is a method
+(issue 40): draft-simple (the draft models), ngram-simple (`ngram`), the other n-gram drafters
+(ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: what each proposes and keeps is written
+beside its drafter below, from the vendored source) and synthetic acceptance
+(`--spec-synth-rates`), which the engine names "benchmarking only" and lossy. draft-eagle3,
+draft-mtp, draft-dflash and draft-dspark need a head in GGUF (CONFORMANCE.md, "llama.cpp's
+other speculative paths").
 """
 
 from __future__ import annotations
@@ -18,13 +26,86 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect
 from properties.adapters.protocol import BadResponse, Completion, Request
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, StatefulLookup
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
 from reference.penalties import Formula
 
 K = 4
+
+# The n-gram drafters beside ngram-simple, read from the vendored source (paths under
+# .engines/llamacpp/src, llama-cpp-python 0.3.36). None of them proposes exactly "what followed
+# the latest earlier occurrence of the last n tokens" (a `Lookup`, which the kit replays): each
+# keeps state beside the request's context, so each is a StatefulLookup and the engine's own
+# per-response draft counts (timings.draft_n) show where it drafted. Their sizes are the
+# smallest lookup, so that the kit's covering prompt (every token once, methods.COVER) makes
+# them propose, and k drafted tokens.
+#
+# ngram-map-k (common/speculative.cpp:1795 common_speculative_impl_ngram_map_k, key_only;
+# common/ngram-map.cpp:221 common_ngram_map_draft): the key is the last size-n tokens; it
+# drafts only when the context holds 2n + m tokens (ngram-map.cpp:232), and finds the key first
+# through a hash map that keeps the first position recorded for a hash and never overwrites it
+# (ngram-map.cpp:263, 326, 335), so the occurrence copied is not necessarily the latest; it
+# copies the size-m tokens after it, cut to the number accepted the last time this key drafted
+# (ngram-map.cpp:386; set by common_ngram_map_accept, ngram-map.cpp:535): after a wholly
+# rejected draft that key drafts nothing again. The map (keys, hashes, counts) is one per
+# server slot (speculative.cpp:1806) and outlives requests: begin() only trims it
+# (ngram-map.cpp:121).
+MAP_K = StatefulLookup(
+    "the m tokens after an earlier occurrence of the last n tokens (the first its hash map "
+    "recorded), cut to the count accepted when that key last drafted (ngram-map-k)",
+    "a key map per server slot, kept across requests")
+# ngram-map-k4v (the same class, key_only false): as ngram-map-k, and it drafts only when the
+# key has matched at least min-hits times (ngram-map.cpp:401) and the most frequent of up to 4
+# m-token continuations seen after the key is at least twice as frequent as the others
+# together (ngram-map.cpp:495); it copies the continuation at the matched occurrence, cut to
+# that value's last accepted count (ngram-map.cpp:503).
+MAP_K4V = StatefulLookup(
+    "the m tokens after an earlier occurrence of the last n tokens, when one continuation of "
+    "that key dominates its counts; cut to the count accepted last time (ngram-map-k4v)",
+    "a key map with continuation counts per server slot, kept across requests")
+# ngram-mod (speculative.cpp:1849 common_speculative_impl_ngram_mod; common/ngram-mod.cpp): a
+# pool of 4M entries (speculative.cpp:1876) maps the hash of n-match tokens to the one token
+# last seen after them (ngram-mod.cpp:27, an add overwrites); it drafts a chain, each token
+# looked up from the n-match tokens before it, up to n-max, none if fewer than n-min
+# (speculative.cpp:1955-1962). The pool is one for all slots and requests: every request's
+# prompt is added at begin(), generated tokens only in chunks of 32 (speculative.cpp:1940), and
+# the whole pool is reset after 5 rounds in a row with under a quarter accepted
+# (speculative.cpp:2006-2008) or past a quarter's occupancy (speculative.cpp:1915). The engine
+# warns that n-match < 16 gives poor drafts (speculative.cpp:1886); here 1, so that the kit's
+# short contexts match.
+MOD = StatefulLookup(
+    "a chain of next tokens, each the token last seen after the n-match tokens before it "
+    "(ngram-mod)",
+    "one hash pool shared by every slot and request, reset on low acceptance")
+# ngram-cache (speculative.cpp:2024 common_speculative_impl_ngram_cache; common/ngram-cache.cpp
+# :146 common_ngram_cache_draft): n-gram statistics (1 to 4 tokens, ngram-cache.h:9-10) of the
+# context; each drafted token is the most frequent follower of the longest n-gram whose counts
+# pass a threshold (a 1-gram needs 2 occurrences and 66 %, a 2-gram 2 and 50 %, 3- and 4-grams 1
+# and 50 %: ngram-cache.cpp:60-61), up to 8 tokens (n_draft = 8, no option: speculative.cpp
+# :2191). Optional static and dynamic caches come from files (-lcs, -lcd); none here. The
+# context cache is one per slot and never reset between requests (begin() is a no-op,
+# speculative.cpp:2091); it learns only the tokens past the longest context the slot has seen
+# (speculative.cpp:2103), and from them only the n-grams inside the new tokens themselves
+# (speculative.cpp:2109-2115): a token generated one at a time adds nothing. The kit's cover
+# therefore holds every token twice (repeats=2: a 1-gram needs 2 occurrences).
+CACHE = StatefulLookup(
+    "up to 8 tokens, each the most frequent follower of the longest 1-4 token n-gram whose "
+    "counts pass the engine's thresholds (ngram-cache)",
+    "n-gram counts per server slot, kept across requests", repeats=2)
+
+# --spec-synth-rates (common/arg.cpp:4170, "benchmarking only"): the server accepts draft
+# position i with probability rate_i / rate_(i-1), "at random instead of by match with the
+# target" (tools/server/server-context.cpp:55-75, server_sample_and_accept_synth), and warns at
+# start "synthetic speculative acceptance is enabled for benchmarking; generated output is not
+# valid" (common/speculative.cpp:2732). Rates as the vLLM method's, one per draft position.
+SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
+SYNTHETIC_WORDS = ("llama.cpp's --spec-synth-rates is \"benchmarking only\" (llama-server "
+                   "--help): it accepts draft tokens \"at random instead of by match with the "
+                   "target\" and warns \"synthetic speculative acceptance is enabled for "
+                   "benchmarking; generated output is not valid\"")
+
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
            EARLY_EXIT, K),
@@ -34,7 +115,36 @@ METHODS = {m.name: m for m in (
     Method("ngram", "n-gram drafting from the context (ngram-simple)", LOOKUP, K),
     Method("draft-small", "draft model (draft-simple): the trained pair's small draft "
                           "(--models trained or trained-large)", SMALL, K),
+    Method("ngram-map-k", "n-gram drafting from a key map (ngram-map-k, one-token key)",
+           MAP_K, K),
+    Method("ngram-map-k4v", "n-gram drafting from a key map with continuation counts "
+                            "(ngram-map-k4v, one-token key)", MAP_K4V, K),
+    Method("ngram-mod", "n-gram drafting from a hash pool shared by all requests (ngram-mod, "
+                        "one-token match)", MOD, K),
+    Method("ngram-cache", "n-gram drafting from context statistics (ngram-cache, up to 8 "
+                          "tokens)", CACHE, 8),
+    Method("draft-early-exit-synthetic",
+           f"draft model (draft-simple): the early exit, synthetic acceptance "
+           f"(--spec-synth-rates {','.join(map(str, SYNTHETIC_RATES))}): lossy by design",
+           EARLY_EXIT, K, lossy=SYNTHETIC_WORDS),
 )}
+# the --spec-* options of each method that drafts from the context (a draft model's are built
+# in spec_options)
+CONTEXT_OPTIONS = {
+    # ngram-simple's defaults (a 12-token lookup, a 48-token draft) never match in the kit's
+    # short contexts, so it would draft nothing: look up one token, draft k
+    "ngram": ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+              "--spec-ngram-simple-size-m", str(K), "--spec-draft-n-max", str(K)),
+    "ngram-map-k": ("--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "1",
+                    "--spec-ngram-map-k-size-m", str(K), "--spec-ngram-map-k-min-hits", "1"),
+    "ngram-map-k4v": ("--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "1",
+                      "--spec-ngram-map-k4v-size-m", str(K),
+                      "--spec-ngram-map-k4v-min-hits", "1"),
+    "ngram-mod": ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1",
+                  "--spec-ngram-mod-n-min", "1", "--spec-ngram-mod-n-max", str(K)),
+    # nothing to size: n-gram lengths 1-4 and 8 drafted tokens are fixed in the source
+    "ngram-cache": ("--spec-type", "ngram-cache"),
+}
 # server slots: requests answered concurrently, as llama-server's default (auto) gives on a
 # small machine; the served_batch family compares answers inside a batch with answers alone
 SLOTS = 4
@@ -304,16 +414,30 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
             "-fa", "off", "-ctk", "f32", "-ctv", "f32"]
     # no server-wide --seed: a request without a seed must draw a fresh one (as by default),
     # or concurrent unseeded requests would share one stream of random numbers
-    if method is not None and method.drafter.lookup:
-        # ngram-simple's defaults (a 12-token lookup, a 48-token draft) never match in the
-        # kit's short contexts, so it would draft nothing: look up one token, draft k
-        argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
-                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
-    elif method is not None:
-        argv += ["-md", gguf / f"{method.drafter.export}.gguf", "--spec-type", "draft-simple",
-                 "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
-                 "--spec-draft-p-min", "0", "-td", "1"]
-    return Command(argv, health="/health")
+    return Command(argv + spec_options(method, gguf), health="/health")
+
+
+def spec_options(method: Method | None, gguf) -> list:
+    """The options that make `method` speculate (none for the baseline): a context drafter's
+    from CONTEXT_OPTIONS (another lookup method: ngram-simple sized as `ngram`, with its k);
+    a draft model's -md and draft-simple, every round k tokens; a mode the engine names lossy
+    is its synthetic acceptance (--spec-synth-rates, one rate per draft position)."""
+    if method is None:
+        return []
+    if method.name in CONTEXT_OPTIONS:
+        return list(CONTEXT_OPTIONS[method.name])
+    if method.drafter.lookup:
+        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+                "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
+    argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", "draft-simple",
+            "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
+            "--spec-draft-p-min", "0", "-td", "1"]
+    if method.lossy is not None:
+        if len(SYNTHETIC_RATES) != method.k:
+            raise ValueError(f"method {method.name}: --spec-synth-rates takes one rate per draft "
+                             f"position ({method.k}), SYNTHETIC_RATES has {len(SYNTHETIC_RATES)}")
+        argv += ["--spec-synth-rates", ",".join(map(str, SYNTHETIC_RATES))]
+    return argv
 
 
 ENGINE = Engine(

@@ -102,6 +102,7 @@ class Launch:
         launch._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         launch.record = {"engine": engine.name, "title": engine.title, "version": version,
                          "method": method.name, "method_description": method.description,
+                         "method_lossy": method.lossy,
                          "families": [] if launch.trained else list(families.SERVED),
                          "date": time.strftime("%Y-%m-%d"), "run_dir": str(run_dir),
                          "models": models}
@@ -207,6 +208,8 @@ class Launch:
         pair, and each failure no known entry matches, with its cause (so that a log's tail,
         CI's, says which defect is new)."""
         lines = [f"== {self.engine.name} {self.version} / {self.method.name} =="]
+        if self.method.lossy:
+            lines.append(f"the engine names this mode lossy: {self.method.lossy}")
         for d in deaths.REGISTRY.deaths:
             tag = "same finding as above" if d.same_as is not None else "FINDING"
             lines.append(f"server death ({tag}) in {d.test}: {d.signature}\n  replay: {d.curl()}")
