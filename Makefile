@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others conformance-large test test-extra bench gpu-check models models-large clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
+.PHONY: conformance conformance-others conformance-large test test-extra bench gpu-check models models-heads models-large clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -70,6 +70,16 @@ test-extra: $(STAMP)
 MODELS_DIR ?= reference/trained
 models: $(STAMP)
 	$(PY) -m reference.train --out $(MODELS_DIR) --threads 2
+	$(MAKE) --no-print-directory models-heads
+
+# The EAGLE-3 head of the trained target (reference/train_heads.py, committed in
+# $(MODELS_DIR)/eagle3/, float16): distilled from the target's hidden states in 600 steps on one
+# thread, its acceptance beside the small draft's in the manifest's "heads" entry: 1,189 s of
+# training (21 min in all), one thread on 2 cores shared with other work (load about 4.5;
+# 2026-12-07).
+# The target and the small draft are read, never retrained.
+models-heads: $(STAMP)
+	$(PY) -m reference.train_heads --models $(MODELS_DIR) --threads 1
 	$(PY) -c "from reference.pretrained import check_manifest; p = check_manifest('$(MODELS_DIR)'); print(*p, sep='\n'); raise SystemExit(bool(p))"
 
 # The weight-bound pair of issue 24 (reference/grow.py, committed in reference/trained-large/):
