@@ -201,9 +201,9 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=CHAPTER_TREE, 
     """
     ids, stop = check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
-    if isinstance(draft, PromptLookup):
-        raise ValueError("tree_generate needs a model draft (it ranks and samples the draft's "
-                         "distributions), got a PromptLookup")
+    if isinstance(draft, PromptLookup) or is_head(draft):
+        raise ValueError(f"tree_generate needs a model draft (it ranks and samples the draft's "
+                         f"distributions), got a {type(draft).__name__}")
     check_same_vocabulary(draft, target)
     return _tree_generate(target, draft, ids.to(device_of(target)), max_new_tokens, stop, tree,
                           temperature, top_k, top_p, generator)

@@ -209,3 +209,9 @@ def test_the_demo_drafts_with_each_head(capsys):
         line = json_.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert line["draft"] == f"{kind} head (random weights)"
         assert line["identical_to_target_greedy"] is True
+
+
+def test_tree_generate_refuses_a_head(target, heads):
+    from reference.speculative import tree_generate
+    with pytest.raises(ValueError, match="tree_generate needs a model draft .* got a MedusaHeads"):
+        tree_generate(target, heads["medusa"][1], [1, 2], 4)
