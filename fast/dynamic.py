@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from fast.forward import forward
-from fast.sampling import draw
+from fast.sampling import device_generator, draw
 from fast.tree import children
 from reference.dynamic_tree import DynamicTree, as_dynamic_tree
 
@@ -234,7 +234,6 @@ def generate_dynamic(engine, prompts, max_new_tokens, tree, stop_ids=(), tempera
     """Dynamic-tree speculation for a batch on a FastEngine (engine.generate_tree with a
     DynamicTree or tree="dynamic")."""
     from fast import checks
-    from fast.engine import device_generator
     from fast.sampling import Sampler
     if not hasattr(engine.drafter, "runner"):
         raise ValueError("draft must be a Qwen3-family model for tree verification, got a "

@@ -26,7 +26,7 @@ from fast.drafter import ModelDrafter
 from fast.dynamic import generate_dynamic, is_dynamic
 from fast.graphs import StepRunner
 from fast.runner import ModelRunner, padded_prompts
-from fast.sampling import Sampler
+from fast.sampling import Sampler, device_generator, same_device
 from fast.tree import TreeShape, check_tree, tree_round
 from fast.verify import greedy_verify, rejection_sample
 from fast.weights import model_weights, unwrap
@@ -52,20 +52,6 @@ def batch_bucket(n: int, graphs: bool, current: int) -> int:
     while bucket < n:
         bucket *= 2
     return min(bucket, current)
-
-
-def same_device(a, b) -> bool:
-    a, b = torch.device(a), torch.device(b)
-    return a.type == b.type and (a.index or 0) == (b.index or 0)
-
-
-def device_generator(generator, device):
-    """A generator on the model's device. A generator elsewhere (a CPU one for a CUDA model)
-    seeds a device one once, so that no round copies random numbers between devices."""
-    if generator is None or same_device(generator.device, device):
-        return generator
-    seed = int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 class FastEngine:

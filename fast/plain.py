@@ -7,7 +7,8 @@ sampler as the speculative engine, so a speed-up measured against it is speculat
 import torch
 
 from fast import checks
-from fast.engine import device_generator, graphs_wanted
+from fast.engine import graphs_wanted
+from fast.sampling import device_generator
 from fast.graphs import StepRunner
 from fast.runner import ModelRunner, padded_prompts
 from fast.sampling import Sampler

@@ -83,3 +83,17 @@ class Sampler:
             return logits.argmax(-1), None
         probs = self.probs(logits)
         return draw(probs, self.uniforms(row_ids)), probs
+
+
+def same_device(a, b) -> bool:
+    a, b = torch.device(a), torch.device(b)
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+def device_generator(generator, device):
+    """A generator on the model's device. A generator elsewhere (a CPU one for a CUDA model)
+    seeds a device one once, so that no round copies random numbers between devices."""
+    if generator is None or same_device(generator.device, device):
+        return generator
+    seed = int(torch.randint(2 ** 62, (1,), generator=generator, device=generator.device))
+    return torch.Generator(device=device).manual_seed(seed)

@@ -32,7 +32,6 @@ import torch
 from properties import scripted
 from properties.models import build_target
 from properties.models import served as served_models
-from reference.cache import KVCache
 from reference.penalties import OPENAI
 from reference.sampling import probs_from_logits
 
@@ -105,27 +104,13 @@ def _kit_next_logits(spec):
     return lambda seqs: torch.stack([model.next_logits(list(s)) for s in seqs])
 
 
-def _served_forward(seqs, name: str) -> torch.Tensor:
-    """Float64 logits [B, T, V] of served model `name` for equal-length sequences, from a
-    fresh prefill."""
-    model = served_models.build(name)
-    c = model.config
-    cache = KVCache(len(model.layers), len(seqs), c.num_key_value_heads, c.head_dim,
-                    len(seqs[0]), torch.float64, "cpu")
-    with torch.inference_mode():
-        return model(torch.tensor([list(s) for s in seqs], dtype=torch.long), cache)
-
-
 def served_next_logits(seqs, name: str = SERVED_TARGET) -> torch.Tensor:
     """[B, V]: served model `name`'s logits for the token after each non-empty seqs[b] (one
     forward per length). A script's name ("script:right", properties.scripted): its one-hot
     logits."""
-    seqs = [tuple(s) for s in seqs]
     if isinstance(name, str) and name.startswith(scripted.PREFIX):
-        return scripted.next_logits(seqs, name)
-    if len({len(s) for s in seqs}) == 1:
-        return _served_forward(seqs, name)[:, -1]
-    return torch.stack([_served_forward([s], name)[0, -1] for s in seqs])
+        return scripted.next_logits([tuple(s) for s in seqs], name)
+    return served_models.next_logits(seqs, name)
 
 
 def _next_logits(model: tuple):
@@ -245,7 +230,7 @@ def served_logits(prompt, tokens) -> torch.Tensor:
         vocab = served_models.build(SERVED_TARGET).config.vocab_size
         return torch.empty(0, vocab, dtype=torch.float64)
     seq = list(prompt) + list(tokens)
-    return _served_forward([seq[:-1]], SERVED_TARGET)[0][len(prompt) - 1:]
+    return served_models.forward([seq[:-1]], SERVED_TARGET)[0][len(prompt) - 1:]
 
 
 def clear() -> None:

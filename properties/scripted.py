@@ -34,6 +34,8 @@ import zlib
 import numpy as np
 import torch
 
+from properties.models import served as served_models
+
 PREFIX = "script:"
 SCRIPTS = ("right", "wrong", "right-then-wrong")
 WRONG_ONE_IN = 3    # right-then-wrong: about one proposal in 3 wrong, so j = 0 .. 4 all happen
@@ -58,8 +60,7 @@ def script_of(name: str) -> str | None:
 
 
 def _target_logits(seqs) -> torch.Tensor:
-    from properties import oracle   # oracle dispatches script names here: import late
-    return oracle.served_next_logits(seqs, oracle.SERVED_TARGET)
+    return served_models.next_logits(seqs, "target")
 
 
 def tokens(script: str, seqs) -> list[int]:

@@ -22,16 +22,17 @@ from reference.adaptive_k import AdaptiveK, FixedK, useful_k
 from reference.adaptive_k import expected_speedup, expected_tokens_per_round  # noqa: F401 (API)
 from reference.block import block_accept, verify_block  # noqa: F401 (API)
 from reference.committed import Committed
-from reference.inputs import (check_generate_args, check_k, check_same_vocabulary, device_of,
-                              vocab_size)
-from reference.proposers import DraftProposer, PromptLookup, PromptLookupProposer
 from reference.heads import is_head
 from reference.heads.proposer import head_proposer
 from reference.hidden import forward_hidden
+from reference.inputs import (check_generate_args, check_k, check_same_vocabulary, device_of,
+                              vocab_size)
+from reference.proposers import DraftProposer, PromptLookup, PromptLookupProposer
 from reference.sampling import (Sampler, SamplingParams, check_distribution, check_sampling_args,
                                 greedy_token)
 from reference.tree import CHAPTER_TREE
-from reference.tree import tree_generate as _tree_generate
+from reference.dynamic_tree import dynamic_tree_generate
+from reference.tree import tree_generate as fixed_tree_generate
 
 
 VERIFICATIONS = ("token-wise", "block")
@@ -104,7 +105,6 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     return seq.output, seq.stats()
 
 
-
 def _target_forward(target, cache, proposer):
     """ids [1, T] -> the target's logits [T, V], written to `cache`. A head's proposer (one that
     names the hidden states it reads, `proposer.hidden`) is handed the same forward's hidden
@@ -119,6 +119,7 @@ def _target_forward(target, cache, proposer):
         proposer.saw(features[0])
         return logits[0]
     return forward
+
 
 def verify(target_logits, proposals, q, sampler):
     """Accept a prefix of the proposals, then add one token of the target's own: the correction
@@ -177,6 +178,14 @@ def accept_or_correct(p, q, token, generator=None):
 
 
 # --- tree verification (tree.py) -------------------------------------------------------------
+
+def _tree_generate(target, draft, ids, max_new_tokens, stop, tree, *sampling):
+    """A tree of a fixed shape (reference/tree.py), or one grown every round where the draft is
+    confident ("dynamic" or a DynamicTree: reference/dynamic_tree.py)."""
+    grown = tree == "dynamic" or hasattr(tree, "budget")
+    run = dynamic_tree_generate if grown else fixed_tree_generate
+    return run(target, draft, ids, max_new_tokens, stop, tree, *sampling)
+
 
 def _hand_off_to_tree(target, draft, ids, max_new_tokens, stop, tree, adaptive, temperature,
                       top_k, top_p, generator):

@@ -187,10 +187,6 @@ def tree_generate(target, draft, ids, max_new_tokens, stop, branching=CHAPTER_TR
                   temperature=0.0, top_k=0, top_p=1.0, generator=None):
     """Speculative decoding with a token tree; ids [P] on the target's device (checked by the
     caller, reference.speculative.tree_generate). Greedy at temperature 0, else exact sampling."""
-    if branching == "dynamic" or hasattr(branching, "budget"):
-        from reference.dynamic_tree import dynamic_tree_generate  # imports this module
-        return dynamic_tree_generate(target, draft, ids, max_new_tokens, stop, branching,
-                                     temperature, top_k, top_p, generator)
     tree = Tree(branching)
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), generator)
     depth = tree.depth_max

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import torch
 
+from reference.cache import KVCache
 from reference.model import Config, EarlyExit, Qwen3, random_model
 
 VOCAB = 32
@@ -67,3 +68,23 @@ def build(name: str) -> Qwen3:
         return _float32_exact(random_model(config, seed=RANDOM_DRAFT_SEED, dtype=torch.float32,
                                            std=PROJECTION_STD))
     raise ValueError(f"unknown served model {name!r}; choose from {sorted(MODELS)}")
+
+
+def forward(seqs, name: str) -> torch.Tensor:
+    """Float64 logits [B, T, V] of served model `name` for equal-length sequences, from a
+    fresh prefill."""
+    model = build(name)
+    c = model.config
+    cache = KVCache(len(model.layers), len(seqs), c.num_key_value_heads, c.head_dim,
+                    len(seqs[0]), torch.float64, "cpu")
+    with torch.inference_mode():
+        return model(torch.tensor([list(s) for s in seqs], dtype=torch.long), cache)
+
+
+def next_logits(seqs, name: str) -> torch.Tensor:
+    """[B, V]: served model `name`'s logits for the token after each non-empty seqs[b] (one
+    forward per length)."""
+    seqs = [tuple(s) for s in seqs]
+    if len({len(s) for s in seqs}) == 1:
+        return forward(seqs, name)[:, -1]
+    return torch.stack([forward([s], name)[0, -1] for s in seqs])
