@@ -1,7 +1,9 @@
 """The kit as a user runs it (``pytest properties/ --impl=openai:URL``) against servers kept
 outside the kit that misbehave only inside concurrent batches or only under one sampling
-parameter (tests/mutants/served_batch.py, served_params.py): each run's verdict is NOT
-CONFORMANT, naming the test meant for the defect; the correct fake server's run is CONFORMANT.
+parameter, or only in a round after a rejection (tests/mutants/served_batch.py,
+served_params.py): each run's verdict is NOT CONFORMANT, naming the test meant for the defect;
+the correct fake server's run is CONFORMANT, also when it speculates for real, in rounds
+(tests/fakes/speculating.py).
 
 Minutes per run (each a whole family at the default profile): ``make test-extra``.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.server import FakeServer
+from tests.fakes.speculating import RoundsServer
 from tests.mutants import served_batch, served_params
 
 pytestmark = pytest.mark.extra
@@ -32,6 +35,11 @@ CASES = [
     (served_params.RejectedDraftInHistory, "served_params", "test_law_repetition_penalty"),
     (served_params.StopStringLate, "served_params", "test_stop_strings_inside_accepted_blocks"),
     (served_params.DraftLogprobs, "served_params", "test_logprobs_are_the_targets"),
+    # speculating for real, in rounds (tests/fakes/speculating.py): correct, and state carried
+    # from one round to the next broken (issue 42)
+    (RoundsServer, "served_params", None),
+    (served_params.RejectedKeptInHistory, "served_params", "test_law_rounds_repetition_penalty"),
+    (served_params.GeneratorRolledBack, "served_params", "test_law_rounds_repetition_penalty"),
 ]
 
 
