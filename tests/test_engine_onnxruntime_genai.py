@@ -129,6 +129,6 @@ def test_recorded_completion_through_the_end_of_sequence_is_the_targets_greedy_o
     case = ServedCase(req.prompt, req.max_tokens)
 
     class Impl:
-        draft, k = "draft-early-exit", 4
+        method, k = engine.method("draft-early-exit"), 4
     expected = checks._replay(case, completion, Impl, engine.schedule)
     assert (completion.drafted, completion.accepted) == (expected.drafted, expected.accepted)

@@ -129,7 +129,7 @@ def test_conventional_own_sampler_is_conformant(tmp_path):
 # ----------------------------------------------------------------- class 7: one cause, one headline
 
 def test_causes_with_other_numbers_are_one_cause():
-    from properties.plugin.kit import _shared_causes
+    from properties.verdict import _shared_causes
     entries = {"greedy": {"causes": {"a": "the engine raised IndexError: index 3 is out of range"}},
                "bounds": {"causes": {"b": "the engine raised IndexError: index 12 is out of range"}},
                "cache": {"causes": {"c": "something else"}}}

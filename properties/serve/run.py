@@ -33,7 +33,9 @@ from properties.serve import deaths, speed
 from properties.serve.server import LaunchError, Server
 from properties.verdict import Outcome
 
-ROOT = Path(__file__).resolve().parents[2]
+# the repository: the kit's tests and its rootdir (REPO), and where run directories go (ROOT,
+# which a test may point elsewhere)
+REPO = ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("kit", *trained_export.PAIRS)
 
 
@@ -320,8 +322,8 @@ def arguments(engine_name: str, method_name: str, *, run_dir=None, known_path=No
               baseline_port: int | None = None, models: str = "kit",
               time_limit: float | None = None, results=None, pytest_args=()) -> list[str]:
     """The pytest command line of `python -m properties.serve run ENGINE METHOD ...`."""
-    args = [str(ROOT / "properties"), f"--engine={engine_name}", f"--method={method_name}",
-            f"--models={models}", "-p", "no:cacheprovider", "-q", "-rfE", f"--rootdir={ROOT}",
+    args = [str(REPO / "properties"), f"--engine={engine_name}", f"--method={method_name}",
+            f"--models={models}", "-p", "no:cacheprovider", "-q", "-rfE", f"--rootdir={REPO}",
             "-o", "addopts=--benchmark-disable"]
     for flag, value in (("--kit-families", families), ("--run-dir", run_dir),
                         ("--known-failures", known_path), ("--port", port),
