@@ -314,7 +314,7 @@ def test_the_rules_output_law_by_enumeration(seed, n):
         assert min(far.values()) > 0.018, far
 
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 def test_block_accept_rounds_are_lossless_and_lossy_rules_are_rejected():
     """A round of reference/block.py (2 proposals on LOSSLESS_TREE), continued by the target
     to 3 tokens, against the target's exact law of 3 tokens (27 outcomes): chi-square at

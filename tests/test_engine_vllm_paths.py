@@ -98,7 +98,7 @@ def test_right_then_wrong_is_right_for_exactly_j(extra):
     assert scripted.accepted_by_greedy("right-then-wrong", context, 4) == j
 
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 def test_every_j_happens_in_the_rounds_of_one_greedy_request():
     """The rounds vLLM makes for one greedy request of 120 tokens (after the prefill token, each
     round drafts 4 and commits its accepted tokens and one more) reach every j (over 120 tokens)."""

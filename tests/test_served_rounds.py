@@ -59,7 +59,7 @@ def impl_of(server, base):
 
 # --------------------------------------------------------------------------- the enumeration
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 def test_the_correct_speculating_server_has_the_exact_law():
     """Its rounds (greedy proposals of a draft, token-wise verification, residual draws,
     bonus tokens) enumerated decision by decision give the oracle's law of ancestral sampling,
@@ -75,7 +75,7 @@ def test_the_correct_speculating_server_has_the_exact_law():
                                                     params=case.sampling, formula=OPENAI)
 
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 @pytest.mark.parametrize("server", (RoundsServer,) + MUTANTS, ids=lambda c: c.__name__)
 def test_sampled_rounds_follow_the_enumerated_law(server):
     """What the server samples (its generator, restored or not) is what the enumeration says:
@@ -156,7 +156,7 @@ def test_round_mutants_fail_the_rounds_checks_naming_the_position(mutant, check,
     assert f"{check.__module__}:{check.__name__}" in str(failure.value)   # the replay line
 
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 def test_two_token_laws_cannot_see_the_round_mutants():
     """Why the laws over several rounds exist: the 2-token laws' examples hold one round at
     most, so both round mutants give them exactly the correct law."""
@@ -219,7 +219,7 @@ def test_self_test_power_against_the_round_mutants(mutant, capsys):
     assert power["runs"] == 1.0, power
 
 
-@pytest.mark.extra   # minutes of CPU: make test-extra (cheaper tests of the same check stay in make test)
+@pytest.mark.extra   # minutes of CPU: make test-extra; cheaper tests of it stay
 def test_the_greedy_rounds_examples_catch_the_history_mutant():
     """Each greedy example over several rounds: the history mutant's output differs from the
     exact greedy output (a deterministic check sees it in every run)."""
