@@ -20,126 +20,27 @@ has torch, transformers, numpy and safetensors (what convert_hf_to_gguf.py needs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny import free_port, healthy, tiny_models
+# the tiny model, its GGUF and llama-server's start, stop and requests: shared by the llama.cpp
+# reproductions (llamacpp_tiny.py, beside this folder; no kit imports)
+from llamacpp_tiny import (NEUTRAL, curl_line, free_port, post, server_argv, start,  # noqa: E402
+                           stop, tiny_gguf, version)
 
 TOLERANCE = 1e-3
-# llama-server's defaults plus a float32 KV cache without flash attention: with the default
-# float16 cache the plain server's logprobs are off by up to ~1.5e-3 from float64, with these
-# flags by ~1e-5; they change nothing about the finding (see README.md)
-EXACT_FLAGS = ["-fa", "off", "-ctk", "f32", "-ctv", "f32"]
+SLOTS = 4
 NGRAM_FLAGS = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                "--spec-ngram-simple-size-m", "4", "--spec-draft-n-max", "4"]
-# every sampling setting named, so that only temperature (and top_k/top_p, neutral) act
-NEUTRAL = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
-           "repeat_last_n": 0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-           "dry_multiplier": 0.0, "xtc_probability": 0.0, "top_n_sigma": -1.0, "mirostat": 0,
-           "dynatemp_range": 0.0, "samplers": ["temperature", "top_k", "top_p"],
-           "cache_prompt": False, "return_tokens": True, "stream": False}
 # prompts that repeat themselves, so that the n-gram lookup finds matches and drafts
 REQUESTS = [dict(NEUTRAL, prompt=prompt, n_predict=12, n_probs=2, temperature=t, seed=9)
             for prompt, t in (([8, 1, 7, 3, 8, 1, 7, 3], 1.0), ([8, 1, 7, 3, 8, 1, 7, 3], 0.0),
                               ([5, 6, 5, 6, 5, 6], 1.0), ([5, 6, 5, 6, 5, 6], 0.0),
                               ([1, 2, 3, 1, 2, 3, 1, 2, 3], 1.0))]
-
-
-# --------------------------------------------------------------------------- conversion
-
-def convert_in_this_process(source: Path, model: Path, outfile: Path) -> None:
-    """Run llama.cpp's convert_hf_to_gguf.py on the tiny checkpoint. Its tokenizer (32
-    one-character BPE tokens, no merges) needs three things said to the converter: its
-    pre-tokenizer hash is unknown (take "default": no split), it has no tokenizer.model
-    (answer the sentencepiece attempt as a missing file), and llama.cpp's loader wants a
-    merges key that GGUF cannot store empty (write one merge that no token id prompt uses)."""
-    sys.path[:0] = [str(source), str(source / "gguf-py")]
-    import runpy
-
-    import gguf
-    from conversion import base
-
-    base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
-
-    def sentencepiece_missing(self, *args, **kwargs):
-        raise FileNotFoundError(str(model / "tokenizer.model"))
-
-    base.TextModel._set_vocab_sentencepiece = sentencepiece_missing
-    add_to_gguf = gguf.SpecialVocab.add_to_gguf
-
-    def with_one_merge(self, gw, quiet: bool = False):
-        if not self.merges:
-            gw.add_token_merges(["a b"])
-        return add_to_gguf(self, gw, quiet=quiet)
-
-    gguf.SpecialVocab.add_to_gguf = with_one_merge
-    sys.argv = ["convert_hf_to_gguf.py", str(model), "--outtype", "f32", "--outfile", str(outfile)]
-    runpy.run_path(str(source / "convert_hf_to_gguf.py"), run_name="__main__")
-
-
-def convert(source: Path, model: Path, outfile: Path, log: Path) -> None:
-    with open(log, "wb") as out:
-        done = subprocess.run([sys.executable, __file__, "--convert", str(source), str(model),
-                               str(outfile)], stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0 or not outfile.exists():
-        sys.exit(f"converting {model} to GGUF failed; see {log}")
-
-
-# --------------------------------------------------------------------------- server
-
-def server_argv(server, gguf: Path, port: int, speculate: bool) -> list:
-    argv = [str(server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-            "-c", "2048", "-np", "4", "-t", "1", "--no-webui"] + EXACT_FLAGS
-    return argv + NGRAM_FLAGS if speculate else argv
-
-
-def start(argv: list, log: Path):
-    url = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(["nice", "-n", "5"] + argv, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            sys.exit(f"llama-server exited before answering; see {log}")
-        if healthy(url):
-            return process, url
-        time.sleep(0.5)
-    stop(process)
-    sys.exit(f"llama-server did not answer /health within 120 s; see {log}")
-
-
-def stop(process) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-
-
-def post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        sys.exit(f"HTTP {exc.code}: {exc.read().decode()[:500]}")
-
-
-def curl_line(body: dict, url: str = "http://127.0.0.1:8080") -> str:
-    return (f"curl -sS {url}/completion -H 'Content-Type: application/json' "
-            f"-d {shlex.quote(json.dumps(body))}")
 
 
 # --------------------------------------------------------------------------- exact logprobs
@@ -191,9 +92,6 @@ def check(name: str, url: str, exact: Exact) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- main
 
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[1] == "--convert":   # the conversion's own process
-        convert_in_this_process(*(Path(a) for a in sys.argv[2:]))
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="llama-server binary (or LLAMA_SERVER)")
@@ -209,21 +107,18 @@ def main() -> int:
     root = (Path(args.models) if args.models else Path(tempfile.mkdtemp(prefix="llama-lp-")))
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    target, _ = tiny_models(root)
-    gguf = root / "target.gguf"
-    convert(source, target, gguf, root / "convert.log")
-    version = subprocess.run([str(server), "--version"], capture_output=True, text=True)
-    print(f"llama-server: {(version.stdout + version.stderr).strip().splitlines()[0]}")
+    target, gguf = tiny_gguf(source, root)
+    print(f"llama-server: {version(server)}")
     print(f"checkpoint {target}, GGUF {gguf}")
     if args.models:
-        for name, spec in (("without speculation", False), ("with n-gram speculation", True)):
-            print(f"{name}:\n  {shlex.join(server_argv(server, gguf, 8080, spec))}")
+        for name, spec in (("without speculation", []), ("with n-gram speculation", NGRAM_FLAGS)):
+            print(f"{name}:\n  {shlex.join(server_argv(server, gguf, 8080, spec, SLOTS))}")
         print("requests:\n  " + "\n  ".join(curl_line(b) for b in REQUESTS))
         return 0
     exact = Exact(target)
     result = {}
     for name, spec in (("baseline (no speculation)", False), ("n-gram speculation", True)):
-        argv = server_argv(server, gguf, free_port(), spec)
+        argv = server_argv(server, gguf, free_port(), NGRAM_FLAGS if spec else [], SLOTS)
         print(f"--- {name}\n    server: {shlex.join(argv)}")
         process, url = start(argv, root / f"server-{'ngram' if spec else 'plain'}.log")
         try:
