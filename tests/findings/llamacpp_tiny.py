@@ -11,6 +11,8 @@ wants a merges key that GGUF cannot store empty (write one merge that no token-i
 
 from __future__ import annotations
 
+import argparse
+import tempfile
 import json
 import os
 import shlex
@@ -135,8 +137,30 @@ def version(server) -> str:
     return lines[0] if lines else "unknown"
 
 
+def prepare(doc: str, prefix: str):
+    """A reproduction's command line (--llama-server, --llama-src, --models) and its tiny GGUF:
+    (args, llama-server, folder, checkpoint, GGUF); the server's version printed."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
+                        help="llama-server binary (or LLAMA_SERVER)")
+    parser.add_argument("--llama-src", default=os.environ.get("LLAMA_CPP_SOURCE"),
+                        help="llama.cpp source tree with convert_hf_to_gguf.py and gguf-py "
+                             "(or LLAMA_CPP_SOURCE)")
+    parser.add_argument("--models", metavar="DIR",
+                        help="only write the checkpoint and GGUF under DIR and print commands")
+    args = parser.parse_args()
+    if not args.llama_server or not args.llama_src:
+        parser.error("give --llama-server and --llama-src (or LLAMA_SERVER, LLAMA_CPP_SOURCE)")
+    server, source = Path(args.llama_server).resolve(), Path(args.llama_src).resolve()
+    root = Path(args.models or tempfile.mkdtemp(prefix=prefix)).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    target, gguf = tiny_gguf(source, root)
+    print(f"llama-server: {version(server)}\nGGUF {gguf}")
+    return args, server, root, target, gguf
+
+
 __all__ = ["EXACT_FLAGS", "NEUTRAL", "counts", "curl_line", "free_port", "greedy", "healthy",
-           "post", "server_argv", "start", "stop", "tiny_gguf", "version"]
+           "post", "prepare", "server_argv", "start", "stop", "tiny_gguf", "version"]
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--convert":

@@ -28,17 +28,14 @@ when the same slot has answered a longer request before.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shlex
 import sys
-import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llamacpp_tiny import (curl_line, counts, free_port, greedy, post, server_argv, start,  # noqa: E402
-                           stop, tiny_gguf, version)
+from llamacpp_tiny import (counts, curl_line, free_port, greedy, post, prepare, server_argv,
+                           start, stop)  # noqa: E402
 
 SPEC = ["--spec-type", "ngram-cache"]
 # LONG: all 32 tokens once: the prompt repeats no n-gram, the greedy output repeats 0 and 23;
@@ -108,22 +105,7 @@ def replay(prompt, output, as_server: bool) -> list:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
-                        help="llama-server binary (or LLAMA_SERVER)")
-    parser.add_argument("--llama-src", default=os.environ.get("LLAMA_CPP_SOURCE"),
-                        help="llama.cpp source tree with convert_hf_to_gguf.py and gguf-py "
-                             "(or LLAMA_CPP_SOURCE)")
-    parser.add_argument("--models", metavar="DIR",
-                        help="only write the checkpoint and GGUF under DIR and print commands")
-    args = parser.parse_args()
-    if not args.llama_server or not args.llama_src:
-        parser.error("give --llama-server and --llama-src (or LLAMA_SERVER, LLAMA_CPP_SOURCE)")
-    server, source = Path(args.llama_server).resolve(), Path(args.llama_src).resolve()
-    root = Path(args.models or tempfile.mkdtemp(prefix="llama-cache-")).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    _, gguf = tiny_gguf(source, root)
-    print(f"llama-server: {version(server)}\nGGUF {gguf}")
+    args, server, root, _, gguf = prepare(__doc__, "llama-cache-")
     if args.models:
         for name, spec in (("without speculation", []), ("ngram-cache", SPEC)):
             print(f"{name}:\n  {shlex.join(server_argv(server, gguf, 8080, spec))}")

@@ -19,18 +19,15 @@ has torch, transformers, numpy and safetensors (what convert_hf_to_gguf.py needs
 
 from __future__ import annotations
 
-import argparse
-import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the tiny model, its GGUF and llama-server's start, stop and requests: shared by the llama.cpp
 # reproductions (llamacpp_tiny.py, beside this folder; no kit imports)
-from llamacpp_tiny import (NEUTRAL, curl_line, free_port, post, server_argv, start,  # noqa: E402
-                           stop, tiny_gguf, version)
+from llamacpp_tiny import (NEUTRAL, curl_line, free_port, post, prepare, server_argv, start,
+                           stop)  # noqa: E402
 
 TOLERANCE = 1e-3
 SLOTS = 4
@@ -92,23 +89,7 @@ def check(name: str, url: str, exact: Exact) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- main
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
-                        help="llama-server binary (or LLAMA_SERVER)")
-    parser.add_argument("--llama-src", default=os.environ.get("LLAMA_CPP_SOURCE"),
-                        help="llama.cpp source tree with convert_hf_to_gguf.py and gguf-py "
-                             "(or LLAMA_CPP_SOURCE)")
-    parser.add_argument("--models", metavar="DIR",
-                        help="only write the checkpoint and GGUF under DIR and print commands")
-    args = parser.parse_args()
-    if not args.llama_server or not args.llama_src:
-        parser.error("give --llama-server and --llama-src (or LLAMA_SERVER, LLAMA_CPP_SOURCE)")
-    server, source = Path(args.llama_server).resolve(), Path(args.llama_src).resolve()
-    root = (Path(args.models) if args.models else Path(tempfile.mkdtemp(prefix="llama-lp-")))
-    root = root.resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    target, gguf = tiny_gguf(source, root)
-    print(f"llama-server: {version(server)}")
+    args, server, root, target, gguf = prepare(__doc__, "llama-lp-")
     print(f"checkpoint {target}, GGUF {gguf}")
     if args.models:
         for name, spec in (("without speculation", []), ("with n-gram speculation", NGRAM_FLAGS)):

@@ -22,18 +22,15 @@ error and draft-mtp refuses to start.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llamacpp_tiny import (counts, free_port, greedy, healthy, post, server_argv, stop,  # noqa: E402
-                           tiny_gguf, version)
+from llamacpp_tiny import (counts, free_port, greedy, healthy, post, prepare, server_argv,
+                           stop)  # noqa: E402
 
 SILENT = ("draft-eagle3", "draft-dflash", "draft-dspark")
 SAID = ("draft-simple", "draft-mtp")
@@ -71,22 +68,7 @@ def try_type(server, gguf: Path, root: Path, kind: str) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
-                        help="llama-server binary (or LLAMA_SERVER)")
-    parser.add_argument("--llama-src", default=os.environ.get("LLAMA_CPP_SOURCE"),
-                        help="llama.cpp source tree with convert_hf_to_gguf.py and gguf-py "
-                             "(or LLAMA_CPP_SOURCE)")
-    parser.add_argument("--models", metavar="DIR",
-                        help="only write the checkpoint and GGUF under DIR and print commands")
-    args = parser.parse_args()
-    if not args.llama_server or not args.llama_src:
-        parser.error("give --llama-server and --llama-src (or LLAMA_SERVER, LLAMA_CPP_SOURCE)")
-    server, source = Path(args.llama_server).resolve(), Path(args.llama_src).resolve()
-    root = Path(args.models or tempfile.mkdtemp(prefix="llama-types-")).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    _, gguf = tiny_gguf(source, root)
-    print(f"llama-server: {version(server)}\nGGUF {gguf}")
+    args, server, root, _, gguf = prepare(__doc__, "llama-types-")
     if args.models:
         for kind in SILENT + SAID:
             print(f"{kind}:\n  {shlex.join(server_argv(server, gguf, 8080, ['--spec-type', kind]))}")
