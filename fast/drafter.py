@@ -6,6 +6,10 @@ The engine talks to a drafter through four calls (any object with them can draft
     after_round(catch_up: bool)               host flag: some row accepted all k last round
     compact(order, count)                     keep rows order[:count], in that order
 `q` is the distribution each proposal was drawn from (None under greedy).
+A drafter fed by the target's own hidden states (fast/head.py) also has
+    attach(target_weights, max_batch, capacity)   called once; then sets `states`, the
+                                                  residual-state indices it reads
+    saw(features [B, T, n * hidden])              after the target's prefill and every verify
 
 ModelDrafter runs a Qwen3-family draft with its own static cache, kept to the chapter's
 invariant: at the top of a round it holds every committed token but the newest (`last`).

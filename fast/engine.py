@@ -75,6 +75,8 @@ class FastEngine:
             self.drafter = draft
             if hasattr(draft, "bind"):   # a drafter without a model (fast/lookup.py)
                 draft.bind(self.target_weights.shape.vocab_size, device)
+            if hasattr(draft, "attach"):  # a drafter fed by the target's forwards (fast/head.py)
+                draft.attach(self.target_weights, max_batch, max_cache_len)
         else:
             weights = model_weights(draft, "draft")
             if not same_device(weights.device, device):
@@ -82,6 +84,9 @@ class FastEngine:
             self.drafter = ModelDrafter(ModelRunner(weights, max_batch, max_cache_len, self.steps))
         checks.check_pair(self.target_weights, self.drafter.vocab_size)
         self.max_batch, self.capacity, self.max_k = max_batch, max_cache_len, max_k
+        # the residual states the drafter reads from the target's own forwards (fast/head.py):
+        # the prefill and every verify return them beside the logits, and the drafter `saw`s them
+        self.states = getattr(self.drafter, "states", None)
 
     @property
     def device(self):
@@ -95,8 +100,10 @@ class FastEngine:
         """Prefill both models and build the row state. Returns (rows, out)."""
         B, device = len(prompts), self.device
         padded, lengths = padded_prompts(prompts, device)
-        self.target.prefill(padded, lengths)
+        features = self.target.prefill(padded, lengths, self.states)
         self.drafter.prefill(padded, lengths)
+        if self.states is not None:
+            self.drafter.saw(features)
         rows = Rows(row_ids=torch.arange(B, device=device),
                     last=torch.tensor([p[-1] for p in prompts], device=device),
                     prev=torch.tensor([p[-2] if len(p) > 1 else p[-1] for p in prompts],
@@ -134,7 +141,12 @@ class FastEngine:
         def chain_round(rows, lengths, bound):
             proposals, q = self.drafter.propose(rows, lengths, k, sampler, bound)  # [B', k]
             block_ids = torch.cat([rows.last[:, None], proposals], 1)           # [B', k+1]
-            logits = self.target.chain(block_ids, lengths, bound)               # [B', k+1, V]
+            if self.states is None:
+                logits = self.target.chain(block_ids, lengths, bound)           # [B', k+1, V]
+            else:   # the verify's own features feed the drafter's next round
+                logits, features = self.target.chain(block_ids, lengths, bound,
+                                                     states=self.states)
+                self.drafter.saw(features)
             if sampler.greedy:
                 return greedy_verify(logits, proposals)
             u = sampler.uniforms(rows.row_ids, width)                           # [B', k+1]

@@ -76,7 +76,7 @@ def attention_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots: torch.Tensor,
             positions: torch.Tensor, mask: torch.Tensor, span: int,
-            logits_at: str | torch.Tensor | None = "all", rotary=None) -> torch.Tensor | None:
+            logits_at: str | torch.Tensor | None = "all", rotary=None, states=None):
     """Run ids [B, T] through the model, writing their keys/values at slots [B, T].
 
     positions [B, T]: rotary positions. mask [B, T, span]: see window_mask; attention reads slots
@@ -84,17 +84,46 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     [B, n] of positions within T -> [B, n, V]; None -> no head at all (prefill).
     rotary: the (cos, signed sin) tables to read; a captured step passes tables its owner keeps
     alive (a graph holds raw pointers, not references).
+    states: residual-state indices (states[i]: the stream after i decoder layers, 0 .. N, as in
+    reference.hidden) to return beside the logits: (logits or None, features [B, T, n * hidden],
+    the states concatenated in the order given). What a feature-level head drafts from
+    (fast/head.py): the target's own forward computes them, nothing runs twice.
     """
     s = weights.shape
     if rotary is None:
         rotary = rotary_table(s.head_dim, s.rope_theta, cache.capacity, weights.dtype, ids.device)
+    features = None
+    if states is not None:
+        states = _check_states(states, s.num_layers)
+        features = torch.empty(*ids.shape, len(states) * s.hidden_size, dtype=weights.dtype,
+                               device=ids.device)                       # [B, T, n * hidden]
     x = fused.decoder_layers(weights, cache, ids, slots, positions, mask, span, rotary,
-                             final_norm=logits_at is not None, cache_only=logits_at is None)
+                             final_norm=logits_at is not None, cache_only=logits_at is None,
+                             states=states, features=features)
     normed = x is not None
     if x is None:
-        x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary)
+        x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states,
+                          features)
     if logits_at is None:
-        return None
+        return None if states is None else (None, features)
+    logits = _head(weights, x, logits_at, normed)
+    return logits if states is None else (logits, features)
+
+
+def _check_states(states, num_layers: int) -> tuple:
+    states = tuple(states)
+    if not states or any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i <= num_layers
+                         for i in states):
+        raise ValueError(f"states must be a non-empty sequence of residual-state indices in "
+                         f"[0, {num_layers}] (the stream after i of the {num_layers} layers), "
+                         f"got {states!r}")
+    return states
+
+
+def _head(weights: ModelWeights, x: torch.Tensor, logits_at, normed: bool) -> torch.Tensor:
+    """The logits at logits_at from the last layer's output x [B, T, hidden] (already through
+    the final norm when normed)."""
+    s = weights.shape
     if isinstance(logits_at, str):
         if logits_at == "last":
             x = x[:, -1]
@@ -106,9 +135,12 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
     return linear(x if normed else rms_norm(x, weights.norm, s.eps), weights.lm_head)
 
 
-def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary) -> torch.Tensor:
+def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states=None,
+                  features=None) -> torch.Tensor:
     """The decoder layers as torch operations: x [B, T, hidden] before the final norm. The
-    definition fast/fused.cpp is checked against (tests/test_fast_fused.py)."""
+    definition fast/fused.cpp is checked against (tests/test_fast_fused.py). With states, the
+    residual stream after i layers is copied into features' i-th block for each i named (a
+    copy: the stream is updated in place)."""
     s = weights.shape
     B, T = ids.shape
     H, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
@@ -122,6 +154,7 @@ def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary) -> 
     write_at = slots[:, None, :, None].expand(B, KV, T, D)               # [B, KV, T, D]
     x = F.embedding(ids, weights.embed)                                  # [B, T, hidden]
     for index, layer in enumerate(weights.layers):
+        _keep(x, index, states, features)
         h = rms_norm(x, layer.input_norm, s.eps)
         qkv = linear(h, layer.qkv).view(B, T, H + 2 * KV, D)             # [B, T, H + 2 KV, D]
         # q and k heads share one norm (per-head weights) and one rotary.
@@ -137,4 +170,15 @@ def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary) -> 
         h = rms_norm(x, layer.post_norm, s.eps)
         gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
         x.add_(linear(F.silu(gate, inplace=True).mul_(up), layer.down))
+    _keep(x, len(weights.layers), states, features)
     return x
+
+
+def _keep(x, index: int, states, features) -> None:
+    """Copy the stream x (after `index` layers) into every block of features that names it."""
+    if states is None:
+        return
+    H = x.shape[-1]
+    for block, wanted in enumerate(states):
+        if wanted == index:
+            features[..., block * H:(block + 1) * H] = x

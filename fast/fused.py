@@ -51,12 +51,14 @@ def _flat(weights) -> list:
 
 
 def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary,
-                   final_norm: bool = False, cache_only: bool = False):
+                   final_norm: bool = False, cache_only: bool = False, states=None,
+                   features=None):
     """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm;
     an empty [B, T, 0] when cache_only), keys/values written to `cache`; or None where the fused
-    call does not apply (module docstring)."""
+    call does not apply (module docstring). states, features: the residual streams after
+    states[i] layers copied into features [B, T, n * hidden] (fast/forward.py's forward)."""
     if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
-            or weights.dtype not in (torch.float32, torch.float64)):
+            or weights.dtype not in (torch.float32, torch.float64) or states is not None):
         return None
     module = _module or _load()
     if module is None:

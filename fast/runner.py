@@ -49,22 +49,32 @@ class ModelRunner:
         """Slots attention reads: the whole cache when graphs need a fixed shape, else a bound."""
         return self.capacity if self.steps.use_graphs else min(self.capacity, bound)
 
-    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor) -> None:
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor, states=None):
         """Feed padded prompts ids [B, T] from slot 0 and set lengths [B] (<= T).
 
         Padding past a row's length is written and then dead: the row's length excludes it.
-        Runs eagerly: prompt shapes vary from call to call.
+        Runs eagerly: prompt shapes vary from call to call. states: residual-state indices
+        whose features [B, T, n * hidden] are returned (fast/forward.py), else None.
         """
         B, T = ids.shape
+        features = None
         if T > 0:
             slots = torch.arange(T, device=self.device).expand(B, T)   # [B, T]
             start = torch.zeros(B, dtype=torch.long, device=self.device)
             mask = window_mask(start, self.causal(T), T)
-            forward(self.weights, self.cache, ids, slots, slots, mask, T, None, self.rotary)
+            out = forward(self.weights, self.cache, ids, slots, slots, mask, T, None, self.rotary,
+                          states)
+            features = None if states is None else out[1]
+        elif states is not None:
+            features = torch.empty(B, 0, len(states) * self.weights.shape.hidden_size,
+                                   dtype=self.weights.dtype, device=self.device)
         self.cache.rollback(B, lengths)
+        return features
 
-    def chain(self, ids: torch.Tensor, start: torch.Tensor, bound: int, logits_at: str = "all"):
-        """Feed ids [B, T] at slots start[b] + t; logits per logits_at. bound >= max(start) + T."""
+    def chain(self, ids: torch.Tensor, start: torch.Tensor, bound: int, logits_at: str = "all",
+              states=None):
+        """Feed ids [B, T] at slots start[b] + t; logits per logits_at. bound >= max(start) + T.
+        states: residual-state indices; then (logits, features [B, T, n * hidden])."""
         B, T = ids.shape
         span = self.span(bound)
         visibility = self.causal(T)
@@ -72,10 +82,16 @@ class ModelRunner:
         def step(ids, start):
             slots = start[:, None] + torch.arange(T, device=start.device)  # [B, T]
             mask = window_mask(start, visibility, span)
-            return forward(self.weights, self.cache, ids, slots, slots, mask, span, logits_at,
-                           self.rotary)
+            out = forward(self.weights, self.cache, ids, slots, slots, mask, span, logits_at,
+                          self.rotary, states)
+            # a captured step has one static output tensor: logits and features side by side
+            return out if states is None else torch.cat(out, -1)
 
-        return self.steps(("chain", id(self), B, T, span, logits_at), step, ids, start)
+        out = self.steps(("chain", id(self), B, T, span, logits_at, states), step, ids, start)
+        if states is None:
+            return out
+        V = self.weights.shape.vocab_size
+        return out[..., :V], out[..., V:]
 
     def tree(self, ids, slots, positions, window_start, visibility, name: str, bound: int,
              logits_at: str = "all"):

@@ -2,8 +2,9 @@
 
 NAME is one of
 
-* ``reference`` (module ``reference.speculative``), ``fast`` (module ``fast``) or ``fast-eager``
-  (module ``fast.eager``: the fast engine without its fused CPU step);
+* ``reference`` (module ``reference.speculative``), ``fast`` (module ``fast``), ``fast-eager``
+  (module ``fast.eager``: the fast engine without its fused CPU step) or ``fast-head`` (module
+  ``fast.head_kit``: the fast engine drafting with an EAGLE-3 head of the target);
 * a dotted module name, e.g. ``mypkg.spec``;
 * a path to a ``.py`` file, e.g. ``engine/speculative.py``;
 * any of those followed by ``:ATTR``, where ATTR names an attribute of the module: a class
@@ -40,6 +41,8 @@ from pathlib import Path
 ALIASES = {"reference": "reference.speculative", "fast": "fast",
            # the fast engine with its steps run as torch operations, not one fused CPU call
            "fast-eager": "fast.eager",
+           # the fast engine drafting with an EAGLE-3 head of the target (fast/head_kit.py)
+           "fast-head": "fast.head_kit",
            # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
            "transformers": "properties.adapters.transformers",
            "transformers-lookup": "properties.adapters.transformers:PromptLookup"}

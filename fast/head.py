@@ -1,0 +1,245 @@
+"""An EAGLE-3 head as a fast-engine drafter, fed by the hidden states of the target's own forwards.
+
+    fast.batched_generate(target, fast.HeadDrafter(head), prompts, 64, k=4)
+
+`head` is a reference.heads.Eagle3Head (e.g. reference.heads.checkpoint.load_head); the drafter
+proposes what reference.heads.proposer.ChainHeadProposer proposes, token for token
+(tests/test_fast_head.py), with the engine's batched rows, static cache and few-row kernels.
+
+No draft prefill, no second cache of the target's size: the engine asks the target's prefill
+and every verify for the residual states the head reads (`states`, fast/forward.py returns them
+beside the logits) and hands them over with `saw`. The head keeps a one-layer cache of its own.
+
+The head's cache (the reference's layout, reference/heads/__init__.py): the pair (f_j, t_{j+1})
+-- the target's feature at position j and the token after it -- sits at slot j.
+
+    invariant: at the top of a round whose row has target length L (its newest token sits at
+    position L), the head's slots j < L0 hold the pairs of verified features, where L0 is the
+    row's target length when the last target forward began (0 after the prefill); that
+    forward's features cover positions L0, L0 + 1, ... and its first L - L0 rows are committed.
+
+So a round first feeds the L - L0 new verified pairs at slots L0 .. L - 1 (one forward of the
+whole block, ragged by row: the rows past a row's count are written and never read, as the
+target's rejected entries are), and the output at slot L - 1 gives proposal 1; each further
+proposal feeds the previous one with the head's own output as its feature at slot L, L + 1, ...
+Nothing is ever truncated: the next round writes from its L0 = this round's L, and attention
+sees only the slots before a fed token's own window, so pairs built on the head's own outputs are
+rebuilt from the target's features before anything reads them.
+
+A row with no verified feature (a one-token prompt's first round) proposes its newest token
+with certainty, q one-hot (the reference proposes nothing there): a proposal only steers
+acceptance, and a one-hot q keeps the rule exact (fast/lookup.py says why).
+
+Sampling: proposals are drawn from the head's processed law q (temperature, top-k, top-p, as
+the target's), which the engine's rejection sampling receives. A draft vocabulary (d2t) places
+the head's logits on the target's vocabulary at -inf outside the map, so q has no mass there
+(reference/heads/eagle3.py says why that stays exact).
+
+The head's steps run as torch operations over the few-row kernel (fast/small_m.py), eagerly:
+its layer is not a Qwen3 layer (its attention reads [embedding, feature], 2H wide), so the fused
+CPU step and captured graphs do not apply to it.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fast.cache import StaticCache
+from fast.forward import attention_bias, rms_norm, window_mask
+from fast.rotary import apply_rotary, rotary_table
+from fast.small_m import linear
+
+
+@dataclass
+class HeadWeights:
+    embed: torch.Tensor          # [V, H]
+    fc: torch.Tensor             # [H, n * H]: the target's features -> h
+    input_norm: torch.Tensor     # [H] on the embedding
+    hidden_norm: torch.Tensor    # [H] on h
+    qkv: torch.Tensor            # [(heads + 2 kv_heads) * D, 2H]: reads [embedding, h]
+    qk_norm: torch.Tensor        # [heads + kv_heads, D]
+    o: torch.Tensor              # [H, heads * D]
+    post_norm: torch.Tensor      # [H]
+    gate_up: torch.Tensor        # [2 I, H]
+    down: torch.Tensor           # [H, I]
+    norm: torch.Tensor           # [H]
+    lm_head: torch.Tensor        # [Vd, H]
+    draft_to_target: torch.Tensor | None   # [Vd] target ids, or None (the whole vocabulary)
+
+
+def head_weights(head) -> HeadWeights:
+    """The weights of a reference Eagle3Head, q/k/v and gate/up fused (copies, made once)."""
+    layer, attn = head.midlayer, head.midlayer.self_attn
+    c = head.config
+    with torch.no_grad():
+        return HeadWeights(
+            embed=head.embed_tokens.weight.detach(), fc=head.fc.weight.detach(),
+            input_norm=layer.input_layernorm.weight.detach(),
+            hidden_norm=layer.hidden_norm.weight.detach(),
+            qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach(),
+            qk_norm=torch.cat([attn.q_norm.weight.expand(c.num_attention_heads, -1),
+                               attn.k_norm.weight.expand(c.num_key_value_heads, -1)]).detach(),
+            o=attn.o_proj.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
+            gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]).detach(),
+            down=layer.mlp.down_proj.weight.detach(), norm=head.norm.weight.detach(),
+            lm_head=head.lm_head.weight.detach(), draft_to_target=head.draft_to_target)
+
+
+class HeadDrafter:
+    """The fast engine's EAGLE-3 drafter (fast/drafter.py protocol); see the module."""
+
+    def __init__(self, head):
+        from reference.heads.eagle3 import Eagle3Head
+        if not isinstance(head, Eagle3Head):
+            raise ValueError(f"head must be a reference.heads.Eagle3Head, got "
+                             f"{type(head).__name__}")
+        self.head, self.config = head, head.config
+        self.weights = head_weights(head)
+        self.vocab_size = head.config.vocab_size
+        self.states = None          # residual-state indices the target's forwards return
+        self.cache = None
+
+    def attach(self, target_weights, max_batch: int, capacity: int) -> None:
+        """Called by the engine: check the head against the target and size its cache."""
+        c, s = self.config, target_weights.shape
+        mine = (c.vocab_size, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+                c.head_dim)
+        theirs = (s.vocab_size, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim)
+        if mine != theirs:
+            raise ValueError(f"head was made for a target of (vocab, hidden, heads, kv heads, "
+                             f"head_dim) = {mine}, but the target has {theirs}")
+        if self.weights.fc.dtype != target_weights.dtype or \
+                self.weights.fc.device != target_weights.device:
+            raise ValueError(f"head is {self.weights.fc.dtype} on {self.weights.fc.device} but "
+                             f"the target is {target_weights.dtype} on {target_weights.device}")
+        self.states = tuple(self.head.hidden.indices(s.num_layers))
+        self.target_norm = target_weights.norm if self.head.hidden.normed else None
+        self.eps, self.shape = s.eps, s
+        self.cache = StaticCache(1, max_batch, s.num_kv_heads, s.head_dim, capacity,
+                                 target_weights.dtype, target_weights.device)
+        self.rotary = rotary_table(s.head_dim, s.rope_theta, capacity, target_weights.dtype,
+                                   target_weights.device)
+        self._causal = {}
+
+    # --------------------------------------------------------------- what the engine calls
+
+    def prefill(self, ids: torch.Tensor, lengths: torch.Tensor) -> None:
+        """ids [B, T]: the padded prompts minus their newest token, fed to the target from 0.
+        Pair j's token is t_{j+1}: ids[j + 1], and for a row's last pair its newest token (put
+        in by propose, which knows it)."""
+        self.start = torch.zeros_like(lengths)
+        self.next_tokens = torch.cat([ids[:, 1:], ids[:, :1]], 1)               # [B, T]
+        self.pending = None
+
+    def saw(self, features: torch.Tensor) -> None:
+        """The features [B, T, n * H] of the target forward that fed next_tokens' predecessors
+        at slots start .. start + T - 1."""
+        self.pending = features
+
+    def propose(self, rows, lengths: torch.Tensor, k: int, sampler, bound: int):
+        """rows.last [B]; lengths [B] (the target's, L); bound: a host bound on the slots
+        written this round. Returns (proposals [B, k], q [B, k, V] or None under greedy)."""
+        T = self.next_tokens.shape[1]
+        count = lengths - self.start                            # [B] new verified pairs
+        # no verified feature: the newest token, with certainty (module docstring)
+        blind = count <= 0
+        fillers = rows.last[:, None].expand(-1, k)                          # [B, k]
+        if T == 0:      # no row has one (every prompt a single token): no head step at all
+            proposals, q = fillers, None
+        else:
+            proposals, q = self._chain(rows, lengths, count, k, sampler, bound)
+            proposals = torch.where(blind[:, None], fillers, proposals)
+        # the next target forward (the verify) feeds [last, proposals] at slots L .. L + k
+        self.start = lengths.clone()
+        self.next_tokens = torch.cat([proposals, proposals[:, :1]], 1)      # [B, k + 1]
+        if sampler.greedy:
+            return proposals, None
+        one_hot = F.one_hot(proposals, self.vocab_size).to(torch.float64)   # [B, k, V]
+        return proposals, one_hot if q is None else torch.where(blind[:, None, None], one_hot, q)
+
+    def _chain(self, rows, lengths, count, k: int, sampler, bound: int):
+        """The head's k steps: the new verified pairs, then each proposal fed back with the
+        head's own output as its feature. Returns (proposals [B, k], q [B, k, V] or None)."""
+        at = (count - 1).clamp(min=0)[:, None]                  # [B, 1] each row's last pair
+        tokens = self.next_tokens.scatter(1, at, rows.last[:, None])        # t_{j+1} [B, T]
+        h = self._features_to_h(self.pending)                               # [B, T, H]
+        logits, g = self._step(tokens, h, self.start, bound, at)            # [B, Vd], [B, H]
+        proposals, laws = [], []
+        for i in range(k):
+            if i > 0:
+                logits, g = self._step(proposals[-1][:, None], g[:, None], lengths + i - 1,
+                                       bound, None)
+            token, probs = sampler.pick(self._on_target_vocab(logits), rows.row_ids)
+            proposals.append(token)
+            laws.append(probs)
+        q = None if sampler.greedy else torch.stack(laws, 1)                # [B, k, V]
+        return torch.stack(proposals, 1), q                                 # [B, k]
+
+    def after_round(self, catch_up: bool) -> None:
+        pass    # the next round's first step feeds every verified pair (module docstring)
+
+    def compact(self, order: torch.Tensor, count: int) -> None:
+        keep = order[:count]
+        self.cache.compact(order, count)
+        self.start, self.next_tokens = self.start[keep], self.next_tokens[keep]
+        if self.pending is not None:
+            self.pending = self.pending[keep]
+
+    # --------------------------------------------------------------- the head's computation
+
+    def _features_to_h(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features [B, T, n * H] -> h [B, T, H] through the fc (normed first
+        where the head's convention reads the final norm's output)."""
+        if self.target_norm is not None:
+            H = self.shape.hidden_size
+            features = torch.cat([rms_norm(part, self.target_norm, self.eps)
+                                  for part in features.split(H, -1)], -1)
+        return linear(features, self.weights.fc)
+
+    def _on_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [B, Vd] -> [B, V]: -inf outside a draft vocabulary (module docstring)."""
+        d2t = self.weights.draft_to_target
+        if d2t is None:
+            return logits
+        placed = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        return placed.index_copy_(1, d2t, logits)
+
+    def _causal_of(self, T: int) -> torch.Tensor:
+        if T not in self._causal:
+            self._causal[T] = torch.ones(T, T, dtype=torch.bool, device=self.cache.device).tril()
+        return self._causal[T]
+
+    def _step(self, tokens, h, start, bound: int, at):
+        """Feed pairs (h, tokens) [B, T] at slots start + t (also their positions); each sees
+        the slots before its row's start and the fed pairs up to itself. Returns (logits
+        [B, Vd], g [B, H]) at index at [B, 1] of the block (its last row when None)."""
+        w, s = self.weights, self.shape
+        B, T = tokens.shape
+        Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
+        span = min(self.cache.capacity, bound)
+        slots = start[:, None] + torch.arange(T, device=start.device)          # [B, T]
+        cos = self.rotary[0][slots][:, :, None, :]                             # [B, T, 1, D]
+        sin = self.rotary[1][slots][:, :, None, :]
+        pair = torch.cat([rms_norm(F.embedding(tokens, w.embed), w.input_norm, s.eps),
+                          rms_norm(h, w.hidden_norm, s.eps)], -1)              # [B, T, 2H]
+        qkv = linear(pair, w.qkv).view(B, T, Hq + 2 * KV, D)
+        qk = apply_rotary(rms_norm(qkv[:, :, :Hq + KV], w.qk_norm, s.eps), cos, sin)
+        q, key, value = qk[:, :, :Hq], qk[:, :, Hq:], qkv[:, :, Hq + KV:]
+        self.cache.write(0, B, slots, key.transpose(1, 2), value.transpose(1, 2))
+        keys, values = self.cache.view(0, B, span)                             # [B, KV, span, D]
+        bias = attention_bias(window_mask(start, self._causal_of(T), span), keys.dtype)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias,
+                                           enable_gqa=Hq != KV)                # [B, Hq, T, D]
+        # only the row each batch row reads on needs the rest of the layer (the attention
+        # above already wrote every fed pair's key and value)
+        y = y.transpose(1, 2).reshape(B, T, Hq * D)
+        if at is None:
+            y, h = y[:, -1], h[:, -1]                                          # [B, .]
+        else:
+            y = y.gather(1, at[:, :, None].expand(B, 1, y.shape[-1]))[:, 0]
+            h = h.gather(1, at[:, :, None].expand(B, 1, h.shape[-1]))[:, 0]
+        g = h + linear(y, w.o)                                                 # [B, H]
+        gate, up = linear(rms_norm(g, w.post_norm, s.eps), w.gate_up).chunk(2, dim=-1)
+        g = g + linear(F.silu(gate) * up, w.down)
+        return linear(rms_norm(g, w.norm, s.eps), w.lm_head), g

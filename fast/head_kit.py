@@ -1,0 +1,80 @@
+"""The fast engine drafting with an EAGLE-3 head, in the shapes the kit calls: --impl=fast-head.
+
+The kit hands every call a target and a draft model. Here the draft is set aside and the call
+drafts with an EAGLE-3 head of that target (fast/head.py), fed by the target's own verify
+forwards: the trained head where the target has the shapes of a committed trained target with
+one (reference/trained*/eagle3), else a seeded random head. Which head only changes acceptance:
+the output is exact with any head (greedy: the target's argmax decides every token; sampling:
+proposals are drawn from the head's q and the rejection rule corrects to the target's law), and
+that is what the kit judges. A head is made once per target and kept while the target lives.
+
+Not applicable: the perfect-draft family (draft = target must accept everything; the kit's
+draft is not what proposes here) and tree verification (it needs a model draft).
+"""
+
+import weakref
+
+import fast
+from fast.head import HeadDrafter
+from fast.weights import KIT_MODEL_KINDS, unwrap
+
+KIT_NOT_APPLICABLE = {
+    "perfect_draft": "fast-head drafts with an EAGLE-3 head of the target, not with the kit's "
+                     "draft, so draft = target does not make the proposals perfect",
+}
+
+_HEADS = weakref.WeakKeyDictionary()     # target module -> its head
+
+
+def head_for(target):
+    """The EAGLE-3 head this module drafts with for `target` (see the module docstring)."""
+    module = unwrap(target)
+    head = _HEADS.get(module)
+    if head is None:
+        head = _trained_head(module) or _random_head(module)
+        _HEADS[module] = head
+    return head
+
+
+def _trained_head(module):
+    from reference.heads.checkpoint import load_head
+    from reference.pretrained import LARGE_DIR, TRAINED_DIR
+    dtype = module.lm_head.weight.dtype
+    for folder in (TRAINED_DIR, LARGE_DIR):
+        if (folder / "eagle3" / "config.json").is_file():
+            try:
+                return load_head(folder / "eagle3", module, dtype)
+            except ValueError:      # made for a target of other shapes
+                continue
+    return None
+
+
+def _random_head(module):
+    from reference.heads.eagle3 import default_hidden
+    from reference.heads.random import random_head
+    from reference.hidden import HiddenStates
+    layers = module.config.num_hidden_layers
+    # EAGLE-3's low / middle / high layers need 3; a shallower kit target gives its embeddings
+    # and its last stream
+    hidden = default_hidden(layers) if layers >= 3 else HiddenStates((0, layers), "input")
+    return random_head("eagle3", module, seed=0, dtype=module.lm_head.weight.dtype, hidden=hidden)
+
+
+def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
+                         stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
+    """fast.speculative_generate with the target's head drafting (`draft` is not used)."""
+    return fast.speculative_generate(target, HeadDrafter(head_for(target)), prompt_ids,
+                                     max_new_tokens, k, temperature, stop_ids, generator,
+                                     top_k=top_k, top_p=top_p)
+
+
+def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.0, stop_ids=(),
+                     generator=None, *, top_k=0, top_p=1.0, cuda_graphs=None):
+    """fast.batched_generate with the target's head drafting (`draft` is not used)."""
+    return fast.batched_generate(target, HeadDrafter(head_for(target)), prompts, max_new_tokens,
+                                 k, temperature, stop_ids, generator, top_k=top_k, top_p=top_p,
+                                 cuda_graphs=cuda_graphs)
+
+
+__all__ = ["KIT_MODEL_KINDS", "KIT_NOT_APPLICABLE", "batched_generate", "head_for",
+           "speculative_generate"]
