@@ -17,12 +17,26 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, Scripted
+from properties.methods import (EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, HeadDraft,
+                                Scripted)
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
+from reference.hidden import HiddenStates, last_layer
 from reference.penalties import Formula
 
 K = 4
+# The hidden states vLLM 0.32.0 feeds each head (issue 40), as reference.hidden names them:
+# EAGLE-3 reads the residual stream entering each target layer its checkpoint's
+# eagle_aux_hidden_state_layer_ids names (model_executor/models/interfaces.py,
+# _maybe_add_hidden_state: hidden + residual; id N is the stream after the last layer). The
+# default ids (2, N // 2, N - 3) do not fit the served 2-layer target, so the export sets
+# 0, 1, 2: low, middle, high. Medusa reads what the target's forward returns, the last layer's
+# output after the final norm (v1/spec_decode/medusa.py, the sampled positions' hidden states).
+EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
+# the trained pair's head (reference/trained/eagle3, make models-heads): its 6-layer target's
+# inputs of layers 1, 3, 5
+EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
+MEDUSA_HIDDEN = last_layer(2, normed=True)
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
 # acceptance rates, non-increasing, one per draft position
 SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
@@ -69,6 +83,17 @@ METHODS = {m.name: m for m in (
     Method("scripted-right-then-wrong",
            "custom_class: right for the first j proposals, then wrong (every j in 0 .. k)",
            Scripted("right-then-wrong"), K, proposals="greedy"),
+    # feature-level heads (properties/export/heads.py writes them in vLLM's format); the head
+    # proposes its argmax (draft_sample_method greedy, the default)
+    Method("eagle3", "EAGLE-3 head (seeded random init) reading the inputs of target layers "
+                     "0, 1, 2", HeadDraft("eagle3", "head-eagle3", EAGLE3_HIDDEN), K,
+           proposals="greedy"),
+    Method("eagle3-trained", "EAGLE-3 head trained on the trained target (--models trained)",
+           HeadDraft("eagle3", "head-eagle3-trained", EAGLE3_TRAINED_HIDDEN, trained_only=True),
+           K, proposals="greedy"),
+    Method("medusa", "Medusa: 4 heads (seeded random init) on the target's normed last hidden "
+                     "state", HeadDraft("medusa", "head-medusa", MEDUSA_HIDDEN), K,
+           proposals="greedy"),
 )}
 # the repository root: vLLM's process imports the scripted proposer from it (custom_class)
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,7 +226,10 @@ def speculative_config(export_dir, method: Method) -> dict:
     if method.drafter.lookup:
         return {"method": "ngram", "num_speculative_tokens": method.k,
                 "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    if isinstance(method.drafter, Scripted):
+    if isinstance(method.drafter, HeadDraft):
+        config = {"method": method.drafter.kind, "model": str(root / method.drafter.export),
+                  "num_speculative_tokens": method.k}
+    elif isinstance(method.drafter, Scripted):
         from properties.engines.vllm_scripted import CLASSES
         cls = CLASSES[method.drafter.script]
         config = {"method": "custom_class", "model": f"{cls.__module__}.{cls.__name__}",

@@ -27,8 +27,10 @@ from pathlib import Path
 
 from properties import engines, families
 from properties.engines import EngineMissing
+from properties.export import heads as head_export
 from properties.export import kit as export
 from properties.export import trained as trained_export
+from properties.methods import HeadDraft
 from properties.serve import deaths, speed
 from properties.serve.server import LaunchError, Server
 from properties.verdict import Outcome
@@ -91,6 +93,8 @@ class Launch:
             trained_export.export(export_dir, method, models)   # the target and this draft
         else:
             export.export(export_dir)
+        if isinstance(method.drafter, HeadDraft):   # its head, in the engine's format
+            head_export.export(export_dir, method.drafter, models)
         if engine.prepare is not None:
             engine.prepare(env, export_dir, run_dir / "prepare.log")
         spec = Server(f"{engine.name}-{method.name}",

@@ -1,0 +1,136 @@
+"""properties/export/heads.py: the heads of vLLM's head methods written in vLLM's format. The
+folder read back (config.json + model.safetensors, pure torch) is the reference head, and it
+drafts what the reference proposer drafts in whole speculative runs on the served target; the
+config says what vLLM's loader reads (architectures, aux layer ids, Medusa's bias flag)."""
+
+import json
+
+import pytest
+import torch
+
+import reference.speculative as speculative
+from fast.testing import one_thread
+from properties.engines.vllm import METHODS
+from properties.export import heads
+from properties.methods import HeadDraft
+from properties.models import served
+from reference.checkpoint import _safetensors
+from reference.heads.proposer import head_proposer
+from reference.heads.random import random_head
+from reference.hidden import HiddenStates
+from tests.heads_by_hand import small_target
+
+# the served head methods (the trained head has its own test below)
+SERVED = [name for name, m in METHODS.items()
+          if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only]
+PROMPTS = [[1, 2, 3, 4, 5], [7, 9], [0] * 10, [31, 30, 2, 2, 17, 4, 4, 9]]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("heads")
+    return {name: heads.export(root, METHODS[name].drafter) for name in SERVED}
+
+
+def test_vllm_declares_head_methods():
+    assert {"eagle3", "medusa"} <= set(SERVED)
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_the_folder_read_back_drafts_as_the_reference_proposer(exported, name, monkeypatch):
+    """Every round of greedy runs of the reference engine with the served head: the head read
+    back from vLLM's folder proposes what the reference proposer proposed (greedy_proposals
+    is the kit's account of a round, which the engine's counters are compared with)."""
+    target = served.build("target")
+    head = heads.served_head(METHODS[name].drafter)
+    back = heads.load_vllm(exported[name], target)
+    assert back.hidden == head.hidden == METHODS[name].drafter.hidden
+    log = []
+
+    def recording(*args):
+        proposer = head_proposer(*args)
+        propose = proposer.propose
+
+        def logged(context, k):
+            proposals, q = propose(context, k)
+            log.append((list(context), proposals))
+            return proposals, q
+        proposer.propose = logged
+        return proposer
+    monkeypatch.setattr(speculative, "head_proposer", recording)
+    for prompt in PROMPTS:
+        speculative.speculative_generate(target, head, prompt, 10, k=4)
+    rounds = [(c, p) for c, p in log if p]
+    assert len(rounds) >= 2 * len(PROMPTS)
+    for context, proposals in rounds:
+        assert heads.greedy_proposals(back, target, context, len(proposals)) == tuple(proposals)
+    # a head that drafts from the context, not one token whatever it reads
+    assert len({tuple(p) for _, p in rounds}) > len(PROMPTS)
+
+
+def test_the_config_holds_what_vllms_loaders_read(exported):
+    eagle3 = json.loads((exported["eagle3"] / "config.json").read_text())
+    assert eagle3["architectures"] == ["Eagle3Qwen3ForCausalLM"]
+    assert eagle3["num_hidden_layers"] == 1 and eagle3["tie_word_embeddings"] is False
+    assert eagle3["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    assert eagle3["target_hidden_size"] == served.TARGET_CONFIG.hidden_size
+    state = _safetensors().load_file(str(exported["eagle3"] / "model.safetensors"))
+    H = served.TARGET_CONFIG.hidden_size
+    assert state["fc.weight"].shape == (H, 3 * H)
+    assert state["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * H   # [embedding, hidden]
+    assert torch.equal(state["embed_tokens.weight"].double(),
+                       served.build("target").model.embed_tokens.weight)
+    medusa = json.loads((exported["medusa"] / "config.json").read_text())
+    assert medusa["model_type"] == "medusa" and medusa["medusa_fc_bias"] is True
+    assert medusa["num_heads"] == heads.MEDUSA_HEADS == METHODS["medusa"].k
+    state = _safetensors().load_file(str(exported["medusa"] / "model.safetensors"))
+    assert "blocks.3.layers.0.bias" in state and "lm_heads.3.weight" in state
+    assert all(t.dtype == torch.float32 for t in state.values())
+
+
+def test_a_draft_vocabulary_is_stored_as_vllms_offsets(tmp_path):
+    target = small_target()
+    draft_vocab = list(range(63, 0, -2)) + [2, 4]
+    head = random_head("eagle3", target, seed=4, draft_vocab=draft_vocab)
+    path = heads.write_vllm(head, tmp_path / "d2t")
+    state = _safetensors().load_file(str(path / "model.safetensors"))
+    # vLLM's compute_logits places draft id i at i + d2t[i]
+    assert (state["d2t"] + torch.arange(len(draft_vocab))).tolist() == draft_vocab
+    assert json.loads((path / "config.json").read_text())["draft_vocab_size"] == len(draft_vocab)
+    back = heads.load_vllm(path, target)
+    head32 = head.to(torch.float32).to(torch.float64)   # what the float32 file holds
+    for context in ([1, 2, 3, 4, 5, 6], [40, 40, 7, 40, 40]):
+        proposals = heads.greedy_proposals(back, target, context, 3)
+        assert proposals == heads.greedy_proposals(head32, target, context, 3)
+        assert set(proposals) <= set(draft_vocab)
+
+
+def test_the_trained_head_exports_for_models_trained(tmp_path):
+    drafter = METHODS["eagle3-trained"].drafter
+    path = heads.export(tmp_path, drafter, "trained")
+    config = json.loads((path / "config.json").read_text())
+    assert config["eagle_aux_hidden_state_layer_ids"] == list(drafter.hidden.layers) == [1, 3, 5]
+    assert config["head_dim"] in (32, 64)   # a head size vLLM's CPU attention takes
+
+
+def test_bad_input_is_refused_by_name(tmp_path):
+    target = small_target()
+    with pytest.raises(TypeError, match="write_vllm takes an Eagle3Head or MedusaHeads"):
+        heads.write_vllm(random_head("eagle", target), tmp_path / "eagle")
+    normed = random_head("eagle3", target, hidden=HiddenStates((1, 2, 3), "output", True))
+    with pytest.raises(ValueError, match="un-normed inputs of target layers"):
+        heads.write_vllm(normed, tmp_path / "normed")
+    with pytest.raises(ValueError, match="no served head of kind 'mtp'"):
+        heads.served_head(HeadDraft("mtp", "head-mtp"))
+    with pytest.raises(ValueError, match="k must be an int >= 0"):
+        heads.greedy_proposals(heads.served_head(METHODS["eagle3"].drafter),
+                               served.build("target"), [1, 2], -1)
+    with pytest.raises(ValueError, match="trained eagle3 head reads the input of layers 1, 3, 5, "
+                                         "not the input of layers 0, 1, 2"):
+        heads.export(tmp_path, METHODS["eagle3"].drafter, "trained")
