@@ -38,7 +38,9 @@ The parts (each package's docstring, or its files', says more):
                  min_p and logit_bias that the engine's file declares, a
                  reference.penalties.Formula, or None, and the parameters its API cannot take;
                  it holds no formula itself), evidence.py, profiles.py (Hypothesis profiles),
-                 progress.py, replay.py, impl.py (finding the implementation under test)
+                 progress.py, replay.py, impl.py (finding the implementation under test),
+                 reseed.py (``--kit-reseed``: every case's samples drawn afresh, for the
+                 calibration's runs)
     the run      session.py (one run: the implementation, the tests planned, their outcomes,
                  the known failures matched), verdict.py (the verdict, decided in one place),
                  known.py (the one known-failures format, ``--known-failures=FILE``)
@@ -64,7 +66,9 @@ The parts (each package's docstring, or its files', says more):
     export/      the kit's checkpoints as Hugging Face directories, the trained pair, recipes
     plugin/      the pytest plugin (conftest.py only loads it): kit.py (options, applicability,
                  outcomes, known failures, the summary), served.py (the served options and the
-                 served Impl, built configured), say.py (the kit's lines during a run)
+                 served Impl, built configured), say.py (the kit's lines during a run),
+                 hooks.py (the kit's own hooks for a program running it with pytest.main: its
+                 lines, and the implementation it hands the kit)
     report/      ``--kit-report=DIR``: the evidence behind a verdict as an HTML page
     examples/    an engine exposed with the chapter's API, as an author would expose theirs
                  (``--impl=properties/examples/chapter_engine.py``)

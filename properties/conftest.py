@@ -21,4 +21,4 @@ from properties.plugin.kit import (  # noqa: F401
     pytest_unconfigure,
     pytest_xdist_node_collection_finished,
 )
-from properties.plugin.say import pytest_addhooks  # noqa: F401
+from properties.plugin.hooks import pytest_addhooks  # noqa: F401

@@ -8,6 +8,9 @@
     thorough  300 examples per deterministic property, 10 per statistical one
     selftest  for running the kit on the mutant catalogue: 8 examples, no shrinking, no
               database, derandomized
+    calibration  dev's example counts with no database and never derandomized: one run of the
+              calibration (tests/calibration) is a kit run under it, its generated examples
+              chosen by ``--hypothesis-seed`` and its samples by ``--kit-reseed``
 
 Choose one with ``--hypothesis-profile=NAME`` or ``HYPOTHESIS_PROFILE=NAME``.
 
@@ -32,15 +35,15 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-PROFILES = ("dev", "ci", "thorough", "selftest")
-DETERMINISTIC_EXAMPLES = {"dev": 25, "ci": 25, "thorough": 300, "selftest": 8}
-STATISTICAL_EXAMPLES = {"dev": 2, "ci": 2, "thorough": 10, "selftest": 1}
+PROFILES = ("dev", "ci", "thorough", "selftest", "calibration")
+DETERMINISTIC_EXAMPLES = {"dev": 25, "ci": 25, "thorough": 300, "selftest": 8, "calibration": 25}
+STATISTICAL_EXAMPLES = {"dev": 2, "ci": 2, "thorough": 10, "selftest": 1, "calibration": 2}
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 
 def register_profiles() -> None:
     """Register the kit's profiles (idempotent)."""
-    if "selftest" in getattr(settings, "_profiles", {}):
+    if "calibration" in getattr(settings, "_profiles", {}):
         return
     common = dict(deadline=None, suppress_health_check=_SUPPRESS, print_blob=True)
     settings.register_profile("dev", max_examples=DETERMINISTIC_EXAMPLES["dev"], **common)
@@ -50,6 +53,10 @@ def register_profiles() -> None:
     settings.register_profile("selftest", max_examples=DETERMINISTIC_EXAMPLES["selftest"],
                               derandomize=True, database=None,
                               phases=(Phase.explicit, Phase.reuse, Phase.generate), **common)
+    # a failing example is not stored: a later run would replay it first, and its runs would
+    # no longer be independent draws
+    settings.register_profile("calibration", max_examples=DETERMINISTIC_EXAMPLES["calibration"],
+                              database=None, derandomize=False, **common)
 
 
 def default_profile() -> str:

@@ -46,6 +46,7 @@ class Session:
     report: object = None                 # the report folder being written (--kit-report)
     report_page: object = None
     outcome: object = None                # verdict.Outcome, once the run has ended
+    salted: list = field(default_factory=list)    # the tests --kit-reseed wrapped (undone at the end)
 
     @property
     def deadline(self) -> float | None:

@@ -10,11 +10,10 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, strategies as st
 from scipy import stats
 
 from properties import oracle, profiles, statistics
-from properties.cases import PairSpec, RuleCase
+from properties.cases import PairSpec
 from properties.checks.rule import rule_law
 from properties.impl import load
 from properties.models import TableSpec, build_pair
@@ -298,55 +297,69 @@ def test_deviating_reference_engine_samples_the_reweighted_law():
 
 # --------------------------------------------------------------------------- the collector
 
-@profiles.statistical(checks=2)
-@given(case=st.builds(RuleCase, pair=st.just(PairSpec(3, seed=0)), seed=st.integers(0, 2**32 - 1)))
-@example(case=RuleCase(PairSpec(3, seed=0), seed=1))
-def _two_checks(impl, case):
-    """A statistical test of the kit's shape: two checks on samples drawn from the case's seed
-    (the second sampler is wrong when the seed is divisible by 1,000,000: never in practice)."""
-    rng = np.random.default_rng(case.seed)
-    law = {0: 0.5, 1: 0.3, 2: 0.2}
-    statistics.chi_square_gof(Counter(rng.choice(3, 400, p=[0.5, 0.3, 0.2]).tolist()), law)
-    statistics.chi_square_gof(Counter(rng.choice(3, 400, p=[0.5, 0.3, 0.2]).tolist()), law)
-
-
-@profiles.statistical(checks=1)
-@given(case=st.builds(RuleCase, pair=st.just(PairSpec(3, seed=0)), seed=st.integers(0, 9)))
-def _always_wrong(impl, case):
-    from properties.harness import fail
-    result = statistics.chi_square_gof({0: 400}, {0: 0.5, 1: 0.5})
-    fail(impl, "calibration self-test", "none", case, result.summary())
+# the kit's own statistical test the collector is tried on (one explicit example, two generated
+# in the calibration profile; seconds on the reference)
+TEST = "test_top_p_table"
 
 
 def test_recorder_is_off_in_a_kit_run():
     assert statistics.recorder is None
 
 
-def test_collector_records_every_check_with_fresh_seeds():
+def test_collector_runs_the_kit_and_records_every_check_with_fresh_seeds():
+    """A calibration run is the kit's own run of the family (its plugin, its profile's counts),
+    every check recorded per example; distinct run seeds draw distinct samples for every
+    example, the explicit ones included; the same seed, the same run."""
+    from properties import test_sequence
+    fn = getattr(test_sequence, TEST)
     impl = load("reference")
-    tests = [("_two_checks", _two_checks)]
-    a = collect.run_once("rule", impl, 11, tests=tests)
-    b = collect.run_once("rule", impl, 12, tests=tests)
-    count = 1 + profiles.generated_examples(1.0, collect.PROFILE)
+    a = collect.run_once("sequence", impl, 11, tests=[TEST])
+    b = collect.run_once("sequence", impl, 12, tests=[TEST])
+    explicit = len(fn.hypothesis.inner_test.hypothesis_explicit_examples)
+    generated = profiles.generated_examples(fn.kit_examples_scale, collect.PROFILE)
+    checks = fn.kit_checks_per_example
     assert statistics.recorder is None
+    labels = [f"explicit {i}" for i in range(explicit)] + [f"generated {i}"
+                                                           for i in range(generated)]
     for run in (a, b):
-        assert not run["failed"] and len(run["records"]) == 2 * count
-        assert [r["check"] for r in run["records"]] == [0, 1] * count
+        assert not run["failed"] and not run["skipped"]
+        assert len(run["records"]) == checks * len(labels)
+        assert [r["check"] for r in run["records"]] == list(range(checks)) * len(labels)
+        assert [r["example"] for r in run["records"][::checks]] == labels
+        assert {r["kit_test"] for r in run["records"]} == {TEST}
         # the check's own statistical test is kept beside the kit's test name (the summary
         # tells support-only checks from p-values by it)
-        assert {r["kit_test"] for r in run["records"]} == {"_two_checks"}
-        assert all(r["test"] not in (None, "_two_checks") for r in run["records"])
-    # distinct runs draw distinct samples for every example: the explicit one and Hypothesis's
-    # first generated one (its simplest, the same case in every run) are reseeded
+        assert all(r["test"] not in (None, TEST) for r in run["records"])
+    # the explicit examples and Hypothesis's first generated one (its simplest, the same case in
+    # every run) are reseeded: their samples, so their p-values, differ between the runs
     assert all(x["p"] != y["p"] for x, y in zip(a["records"], b["records"]))
-    again = collect.run_once("rule", impl, 11, tests=tests)
+    again = collect.run_once("sequence", impl, 11, tests=[TEST])
     assert [r["p"] for r in again["records"]] == [r["p"] for r in a["records"]]
+    # the kit's test is as written once the run is over (the salt is undone)
+    assert not hasattr(fn.hypothesis.inner_test, "kit_unsalted")
 
 
-def test_a_failing_check_ends_the_run_not_conformant():
-    run = collect.run_once("rule", load("reference"), 3, tests=[("_always_wrong", _always_wrong)])
-    assert run["failed"] and run["records"] and not run["records"][0]["passed"]
+def test_a_failing_example_ends_the_run_not_conformant_and_the_others_still_count():
+    """On an engine whose target ignores top_p the run is NOT CONFORMANT, and every example is
+    still run and recorded (the per-check power counts them all)."""
+    impl = load("tests.mutants.catalogue:TargetWithoutTopP")
+    run = collect.run_once("sequence", impl, 3, tests=[TEST])
+    assert run["failed"] and any(not r["passed"] for r in run["records"])
     assert "PropertyFailure" in run["failures"][0]["error"]
+    from properties import test_sequence
+    fn = getattr(test_sequence, TEST)
+    examples = (len(fn.hypothesis.inner_test.hypothesis_explicit_examples)
+                + profiles.generated_examples(fn.kit_examples_scale, collect.PROFILE))
+    assert len({r["example"] for r in run["records"]}) == examples
+
+
+def test_the_kits_applicability_rule_decides_what_runs():
+    """A test the implementation cannot run is skipped by the kit's own rule, with its reason
+    (the sampler family needs an engine's own sampler: the reference has none)."""
+    run = collect.run_once("sampler", load("reference"), 5)
+    assert not run["records"] and not run["failed"] and run["skipped"]
+    assert all("not applicable" in why or "target_generate" in why
+               for why in run["skipped"].values()), run["skipped"]
 
 
 def test_summary_writes_the_table_and_picture(tmp_path):

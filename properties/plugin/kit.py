@@ -17,6 +17,11 @@ Options:
                              models-large (the weight-bound target)
     --kit-report=DIR         write DIR/index.html (the evidence behind the verdict, as pictures)
                              and DIR/report.json, the data it was drawn from (properties/report/)
+    --kit-reseed=SALT        every case's own samples drawn afresh with SALT (properties/reseed.py:
+                             what the calibration's runs take, one salt each)
+
+A program running the kit with ``pytest.main(args, plugins=[obj])`` may hand it the
+implementation itself (the hook ``pytest_kit_impl``, properties/plugin/hooks.py).
 
 The implementation is loaded and its signatures checked before collection: a bad --impl is one
 usage error, not hundreds of failures. Each test module declares its family
@@ -39,7 +44,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from properties import evidence, families, guards, harness, known, profiles, progress, statistics
+from properties import (evidence, families, guards, harness, known, profiles, progress, reseed,
+                        statistics)
 from properties import session as sessions
 from properties.impl import LEVELS, ImplError, load
 from properties.report import collect
@@ -78,6 +84,10 @@ def pytest_addoption(parser):
     group.addoption("--kit-trained", default=None, metavar="DIR",
                     help="trained models for the *_trained properties: a directory written by "
                          "make models (default: reference/trained) or make models-large")
+    group.addoption("--kit-reseed", default=None, type=int, metavar="SALT",
+                    help="mix SALT into every case's own sampling seed, so that runs with "
+                         "distinct salts draw distinct samples for every example, the explicit "
+                         "ones included (the calibration's runs; properties/reseed.py)")
 
 
 def _selected_families(config) -> tuple[str, ...] | None:
@@ -125,7 +135,9 @@ def pytest_configure(config):
     try:
         # a served engine (--impl=openai:URL, or --engine: the kit starts it) is built by the
         # served plugin, configured from its options; anything else is found by impl.load
-        impl, launch = served.implementation(config)
+        impl, launch = config.hook.pytest_kit_impl(config=config), None
+        if impl is None:
+            impl, launch = served.implementation(config)
         if impl is None:
             impl = load(config.getoption("--impl"))
     except ImplError as exc:
@@ -235,11 +247,15 @@ def pytest_collection_modifyitems(session, config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+    salt = config.getoption("--kit-reseed")
     for item in items:
         family = item_family(item)
         if family is not None:
             families.get(family)   # a module naming an unknown family is a kit bug: say so
             item.user_properties.append(("kit_family", family))
+            if salt is not None:
+                reseed.apply(getattr(item, "obj", None), salt)
+                run.salted.append(getattr(item, "obj", None))
     _warn_stale_known(config, run, items)
 
 
@@ -612,6 +628,8 @@ def pytest_unconfigure(config):
     # must not leave it on for the tests that follow
     evidence.enable(False)
     run = sessions.of(config)
+    for test in run.salted if run is not None else ():
+        reseed.apply(test, None)      # the test functions outlive the run (pytest.main)
     if run is not None and run.launch is not None:
         run.launch.stop()     # also after a usage error or an interrupted run
 

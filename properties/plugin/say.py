@@ -1,21 +1,9 @@
 """What the kit says during a run (starting servers, restarts, the time limit, a started
 engine's outcome), past pytest's capture, and the hook a front end takes those lines by
-(``python -m properties.serve run`` in Python: properties/serve/run.py)."""
+(``python -m properties.serve run`` in Python: properties/serve/run.py; the hook itself:
+properties/plugin/hooks.py)."""
 
 from __future__ import annotations
-
-import pytest
-
-
-class Hooks:
-    @pytest.hookspec(firstresult=True)
-    def pytest_kit_say(self, text):
-        """A line the kit says during a run (starting servers, restarts, the time limit);
-        return True where it was taken (a front end that shows the lines itself)."""
-
-
-def pytest_addhooks(pluginmanager):
-    pluginmanager.add_hookspecs(Hooks)
 
 
 def say(config, text: str) -> None:

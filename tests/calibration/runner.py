@@ -38,9 +38,9 @@ def _run_task(task: dict) -> dict:
         impl = deviate.deviating(engines.get(task["impl"]), task["family"], task["delta"])
     else:
         impl = engines.get(task["impl"])
-    tests = collect.statistical_tests(task["family"])
+    tests = [name for name, _ in collect.statistical_tests(task["family"])]
     if task.get("tests"):
-        tests = [(name, fn) for name, fn in tests if name in task["tests"]]
+        tests = [name for name in tests if name in task["tests"]]
     result = collect.run_once(task["family"], impl, task["seed"], tests=tests)
     result.update(impl=engines.short(task["impl"]), delta=task.get("delta", 0.0),
                   batch=task["batch"])
