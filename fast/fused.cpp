@@ -334,7 +334,11 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                                  const torch::Tensor& mask, int64_t span,
                                  const torch::Tensor& cos_table, const torch::Tensor& sin_table,
                                  int64_t H, int64_t KV, int64_t D, double eps_value,
-                                 const std::optional<torch::Tensor>& final_norm, bool cache_only) {
+                                 const std::optional<torch::Tensor>& final_norm, bool cache_only,
+                                 const std::vector<int64_t>& states,
+                                 const std::optional<torch::Tensor>& features,
+                                 const std::optional<torch::Tensor>& pair_h,
+                                 const std::optional<torch::Tensor>& pair_norm) {
     const auto type = embed.scalar_type();
     const int64_t B = ids.size(0), Tn = ids.size(1), R = B * Tn;
     const int64_t vocab = embed.size(0), hidden = embed.size(1);
@@ -344,11 +348,20 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         D % 2 != 0)
         return std::nullopt;
     const int64_t QKV = (H + 2 * KV) * D;
+    // An EAGLE-3 head's layer (fast/head.py): the residual stream starts as pair_h [B, T, hidden]
+    // instead of the embedding, and the first layer's q/k/v read the pair [input_norm(embedding),
+    // pair_norm(pair_h)], 2 * hidden wide.
+    const bool pair = pair_h.has_value();
+    if (pair && (L < 1 || !float_tensor(*pair_h, type, 3) || pair_h->size(0) != B ||
+                 pair_h->size(1) != Tn || pair_h->size(2) != hidden || !pair_norm ||
+                 !float_tensor(*pair_norm, type, 1) || pair_norm->size(0) != hidden))
+        return std::nullopt;
     int64_t I = -1;
     for (int64_t l = 0; l < L; ++l) {
         const torch::Tensor* w = &layers[PER_LAYER * l];
+        const int64_t reads = pair && l == 0 ? 2 * hidden : hidden;
         if (!float_tensor(w[0], type, 1) || w[0].size(0) != hidden ||
-            !float_tensor(w[1], type, 2) || w[1].size(0) != QKV || w[1].size(1) != hidden ||
+            !float_tensor(w[1], type, 2) || w[1].size(0) != QKV || w[1].size(1) != reads ||
             !float_tensor(w[2], type, 2) || w[2].size(0) != H + KV || w[2].size(1) != D ||
             !float_tensor(w[3], type, 2) || w[3].size(0) != hidden || w[3].size(1) != H * D ||
             !float_tensor(w[4], type, 1) || w[4].size(0) != hidden ||
@@ -365,6 +378,17 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
     }
     if (final_norm && (!float_tensor(*final_norm, type, 1) || final_norm->size(0) != hidden))
         return std::nullopt;
+    // The residual streams a feature-level head reads (fast/head.py): states[i] is the stream
+    // after states[i] layers (0 .. L), copied into block i of features [B, T, n * hidden].
+    const int64_t n_states = static_cast<int64_t>(states.size());
+    if (n_states > 0 && (!features || !float_tensor(*features, type, 3) || features->size(0) != B ||
+                         features->size(1) != Tn || features->size(2) != n_states * hidden))
+        return std::nullopt;
+    bool wants_last = false;
+    for (int64_t index : states) {
+        if (index < 0 || index > L) return std::nullopt;
+        wants_last = wants_last || index == L;
+    }
     const int64_t capacity = L ? keys[0].size(2) : span;
     if (!float_tensor(cos_table, type, 2) || !float_tensor(sin_table, type, 2) ||
         cos_table.size(1) != D || sin_table.sizes() != cos_table.sizes() ||
@@ -387,22 +411,42 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
 
     auto out = torch::empty({B, Tn, hidden}, embed.options());           // [B, T, hidden]
     T* x = out.data_ptr<T>();
+    T* kept = n_states > 0 ? features->data_ptr<T>() : nullptr;
+    // a copy, since the stream is updated in place by every layer after it
+    auto keep = [&](int64_t after) {
+        for (int64_t i = 0; i < n_states; ++i)
+            if (states[i] == after)
+                for (int64_t r = 0; r < R; ++r)
+                    std::copy_n(x + r * hidden, hidden, kept + (r * n_states + i) * hidden);
+    };
     const T* table = embed.data_ptr<T>();
-    for (int64_t r = 0; r < R; ++r) std::copy_n(table + id[r] * hidden, hidden, x + r * hidden);
+    const T* start = pair ? pair_h->data_ptr<T>() : nullptr;
+    for (int64_t r = 0; r < R; ++r)
+        std::copy_n(pair ? start + r * hidden : table + id[r] * hidden, hidden, x + r * hidden);
 
     // Scratch for one layer, reused by every layer: rows are the B * T fed tokens.
-    std::vector<T> h(R * hidden), qkv(R * QKV), attended(R * H * D), sum(R * hidden),
+    std::vector<T> h(R * hidden * (pair ? 2 : 1)), qkv(R * QKV), attended(R * H * D), sum(R * hidden),
         gate_up(R * 2 * I), act(R * I);
     for (int64_t l = 0; l < L; ++l) {
         const torch::Tensor* w = &layers[PER_LAYER * l];
+        keep(l);
         const T* input_norm = w[0].data_ptr<T>();
         const T* qk_norm = w[2].data_ptr<T>();
         const T* post_norm = w[4].data_ptr<T>();
         T* key_store = keys[l].data_ptr<T>();
         T* value_store = values[l].data_ptr<T>();
 
-        each_row(R, [&](int64_t r) { rms_row(x + r * hidden, input_norm, &h[r * hidden], hidden, eps); });
-        matmul(h.data(), R, hidden, w[1].data_ptr<T>(), qkv.data(), hidden, QKV);
+        if (pair && l == 0) {
+            const T* second = pair_norm->data_ptr<T>();
+            each_row(R, [&](int64_t r) {
+                rms_row(table + id[r] * hidden, input_norm, &h[2 * r * hidden], hidden, eps);
+                rms_row(x + r * hidden, second, &h[(2 * r + 1) * hidden], hidden, eps);
+            });
+            matmul(h.data(), R, 2 * hidden, w[1].data_ptr<T>(), qkv.data(), 2 * hidden, QKV);
+        } else {
+            each_row(R, [&](int64_t r) { rms_row(x + r * hidden, input_norm, &h[r * hidden], hidden, eps); });
+            matmul(h.data(), R, hidden, w[1].data_ptr<T>(), qkv.data(), hidden, QKV);
+        }
 
         // q and k heads: per-head norm, then rotary at the token's position (half-split layout,
         // the sin table carrying the sign: x * cos + [x2, x1] * signed_sin); then the cache write.
@@ -426,7 +470,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
         });
         // A prefill wants the cache and no logits: past the last layer's keys and values nothing
         // it computes is read (its attention and MLP would only feed the head).
-        if (cache_only && l == L - 1) return torch::empty({B, Tn, 0}, embed.options());
+        // (unless a head reads the stream after the last layer)
+        if (cache_only && l == L - 1 && !wants_last) return torch::empty({B, Tn, 0}, embed.options());
 
         // Attention of each (token, query head) over the visible slots, in slot order.
         at::parallel_for(0, R * H, 4, [&](int64_t first, int64_t last) {
@@ -474,6 +519,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
             for (int64_t i = r * hidden; i < (r + 1) * hidden; ++i) x[i] += sum[i];
         });
     }
+    keep(L);
+    if (cache_only) return torch::empty({B, Tn, 0}, embed.options());
     // The model's final norm, in place (rms_row reads each entry before it writes it), so the
     // caller's next step is the head: one torch operation fewer per call.
     if (final_norm) {
@@ -487,6 +534,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
 
 // The decoder layers' output x [B, T, hidden] (after final_norm where one is given; an empty
 // [B, T, 0] when cache_only), or nothing where the contract at the top of this file does not hold.
+// states, features: the residual streams after states[i] layers, copied into features' blocks.
+// pair_h, pair_norm: an EAGLE-3 head's layer (the stream starts as pair_h; q/k/v read the pair).
 // Keys/values of the fed tokens are written into the given per-layer cache tensors
 // [max_batch, KV, capacity, D] at `slots`.
 std::optional<torch::Tensor> decoder_layers(
@@ -496,7 +545,9 @@ std::optional<torch::Tensor> decoder_layers(
         const torch::Tensor& positions, const torch::Tensor& mask, int64_t span,
         const torch::Tensor& cos_table, const torch::Tensor& sin_table, int64_t heads,
         int64_t kv_heads, int64_t head_dim, double eps,
-        const std::optional<torch::Tensor>& final_norm, bool cache_only) {
+        const std::optional<torch::Tensor>& final_norm, bool cache_only,
+        const std::vector<int64_t>& states, const std::optional<torch::Tensor>& features,
+        const std::optional<torch::Tensor>& pair_h, const std::optional<torch::Tensor>& pair_norm) {
     if (!ids.defined() || !embed.defined() || ids.dim() != 2 || embed.dim() != 2 ||
         !embed.device().is_cpu() || !embed.is_contiguous() || embed.requires_grad() ||
         head_dim > 512)
@@ -507,10 +558,12 @@ std::optional<torch::Tensor> decoder_layers(
         return std::nullopt;
     if (embed.scalar_type() == torch::kFloat)
         return fused::run<float>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                 cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only);
+                                 cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only,
+                                 states, features, pair_h, pair_norm);
     if (embed.scalar_type() == torch::kDouble)
         return fused::run<double>(ids, embed, layers, keys, values, slots, positions, mask, span,
-                                  cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only);
+                                  cos_table, sin_table, heads, kv_heads, head_dim, eps, final_norm, cache_only,
+                                  states, features, pair_h, pair_norm);
     return std::nullopt;
 }
 

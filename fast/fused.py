@@ -52,13 +52,16 @@ def _flat(weights) -> list:
 
 def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary,
                    final_norm: bool = False, cache_only: bool = False, states=None,
-                   features=None):
+                   features=None, pair=None):
     """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm;
     an empty [B, T, 0] when cache_only), keys/values written to `cache`; or None where the fused
     call does not apply (module docstring). states, features: the residual streams after
-    states[i] layers copied into features [B, T, n * hidden] (fast/forward.py's forward)."""
+    states[i] layers copied into features [B, T, n * hidden] (fast/forward.py's forward).
+    pair: (h [B, T, hidden], hidden_norm [hidden]) for an EAGLE-3 head's layer (fast/head.py):
+    the stream starts as h, and the first layer's q/k/v read [input_norm(embedding),
+    hidden_norm(h)]."""
     if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
-            or weights.dtype not in (torch.float32, torch.float64) or states is not None):
+            or weights.dtype not in (torch.float32, torch.float64)):
         return None
     module = _module or _load()
     if module is None:
@@ -71,7 +74,10 @@ def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotar
                                  cache.values, slots.contiguous(), positions.contiguous(),
                                  mask.contiguous(), span, cos, sin, s.num_heads,
                                  s.num_kv_heads, s.head_dim, s.eps,
-                                 weights.norm if final_norm else None, cache_only)
+                                 weights.norm if final_norm else None, cache_only,
+                                 list(states or ()), features,
+                                 None if pair is None else pair[0].contiguous(),
+                                 None if pair is None else pair[1])
 
 
 def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int):

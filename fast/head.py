@@ -35,9 +35,10 @@ the target's), which the engine's rejection sampling receives. A draft vocabular
 the head's logits on the target's vocabulary at -inf outside the map, so q has no mass there
 (reference/heads/eagle3.py says why that stays exact).
 
-The head's steps run as torch operations over the few-row kernel (fast/small_m.py), eagerly:
-its layer is not a Qwen3 layer (its attention reads [embedding, feature], 2H wide), so the fused
-CPU step and captured graphs do not apply to it.
+A head step on a CPU is one native call (fast/fused.py's decoder layers in their EAGLE-3 mode:
+the stream starts as the feature, q/k/v read [embedding, feature], 2H wide) followed by the
+head's norm and lm_head on the rows read; elsewhere, and as its definition, torch operations
+over the few-row kernel (fast/small_m.py). Head steps are not captured in CUDA graphs.
 """
 
 from dataclasses import dataclass
@@ -45,45 +46,46 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fast import fused
 from fast.cache import StaticCache
 from fast.forward import attention_bias, rms_norm, window_mask
 from fast.rotary import apply_rotary, rotary_table
 from fast.small_m import linear
+from fast.weights import LayerWeights, ModelWeights, Shape
 
 
 @dataclass
 class HeadWeights:
-    embed: torch.Tensor          # [V, H]
+    model: ModelWeights          # the head as a one-layer model: embed, its layer, norm, lm_head
     fc: torch.Tensor             # [H, n * H]: the target's features -> h
-    input_norm: torch.Tensor     # [H] on the embedding
-    hidden_norm: torch.Tensor    # [H] on h
-    qkv: torch.Tensor            # [(heads + 2 kv_heads) * D, 2H]: reads [embedding, h]
-    qk_norm: torch.Tensor        # [heads + kv_heads, D]
-    o: torch.Tensor              # [H, heads * D]
-    post_norm: torch.Tensor      # [H]
-    gate_up: torch.Tensor        # [2 I, H]
-    down: torch.Tensor           # [H, I]
-    norm: torch.Tensor           # [H]
-    lm_head: torch.Tensor        # [Vd, H]
+    hidden_norm: torch.Tensor    # [H] on h (the layer's input_norm is on the embedding)
     draft_to_target: torch.Tensor | None   # [Vd] target ids, or None (the whole vocabulary)
 
 
 def head_weights(head) -> HeadWeights:
-    """The weights of a reference Eagle3Head, q/k/v and gate/up fused (copies, made once)."""
+    """The weights of a reference Eagle3Head, q/k/v and gate/up fused (copies, made once). Its
+    layer's qkv is [(heads + 2 kv_heads) * D, 2H]: it reads [embedding, h]."""
     layer, attn = head.midlayer, head.midlayer.self_attn
     c = head.config
     with torch.no_grad():
-        return HeadWeights(
-            embed=head.embed_tokens.weight.detach(), fc=head.fc.weight.detach(),
+        fused_layer = LayerWeights(
             input_norm=layer.input_layernorm.weight.detach(),
-            hidden_norm=layer.hidden_norm.weight.detach(),
             qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach(),
             qk_norm=torch.cat([attn.q_norm.weight.expand(c.num_attention_heads, -1),
                                attn.k_norm.weight.expand(c.num_key_value_heads, -1)]).detach(),
             o=attn.o_proj.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
             gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]).detach(),
-            down=layer.mlp.down_proj.weight.detach(), norm=head.norm.weight.detach(),
-            lm_head=head.lm_head.weight.detach(), draft_to_target=head.draft_to_target)
+            down=layer.mlp.down_proj.weight.detach())
+        shape = Shape(vocab_size=head.lm_head.weight.shape[0], hidden_size=c.hidden_size,
+                      num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
+                      head_dim=c.head_dim, rope_theta=float(c.rope_theta), eps=c.rms_norm_eps,
+                      num_layers=1)
+        model = ModelWeights(shape=shape, embed=head.embed_tokens.weight.detach(),
+                             layers=[fused_layer], norm=head.norm.weight.detach(),
+                             lm_head=head.lm_head.weight.detach())
+        return HeadWeights(model=model, fc=head.fc.weight.detach(),
+                           hidden_norm=layer.hidden_norm.weight.detach(),
+                           draft_to_target=head.draft_to_target)
 
 
 class HeadDrafter:
@@ -214,32 +216,38 @@ class HeadDrafter:
         """Feed pairs (h, tokens) [B, T] at slots start + t (also their positions); each sees
         the slots before its row's start and the fed pairs up to itself. Returns (logits
         [B, Vd], g [B, H]) at index at [B, 1] of the block (its last row when None)."""
-        w, s = self.weights, self.shape
+        model = self.weights.model
         B, T = tokens.shape
-        Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
         span = min(self.cache.capacity, bound)
         slots = start[:, None] + torch.arange(T, device=start.device)          # [B, T]
+        mask = window_mask(start, self._causal_of(T), span)                    # [B, T, span]
+        g = fused.decoder_layers(model, self.cache, tokens, slots, slots, mask, span,
+                                 self.rotary, pair=(h, self.weights.hidden_norm))
+        if g is None:
+            g = self._eager_layer(tokens, h, slots, mask, span)
+        # the block's row each batch row reads on (the norm and lm_head are per row)
+        g = g[:, -1] if at is None else g.gather(1, at[:, :, None].expand(B, 1, g.shape[-1]))[:, 0]
+        return linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head), g   # [B, Vd], [B, H]
+
+    def _eager_layer(self, tokens, h, slots, mask, span):
+        """The head's layer as torch operations: g [B, T, H] (the definition the native call
+        is checked against, tests/test_fast_head.py)."""
+        w, s = self.weights.model.layers[0], self.weights.model.shape
+        B, T = tokens.shape
+        Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
         cos = self.rotary[0][slots][:, :, None, :]                             # [B, T, 1, D]
         sin = self.rotary[1][slots][:, :, None, :]
-        pair = torch.cat([rms_norm(F.embedding(tokens, w.embed), w.input_norm, s.eps),
-                          rms_norm(h, w.hidden_norm, s.eps)], -1)              # [B, T, 2H]
+        pair = torch.cat([rms_norm(F.embedding(tokens, self.weights.model.embed), w.input_norm,
+                                   s.eps),
+                          rms_norm(h, self.weights.hidden_norm, s.eps)], -1)   # [B, T, 2H]
         qkv = linear(pair, w.qkv).view(B, T, Hq + 2 * KV, D)
         qk = apply_rotary(rms_norm(qkv[:, :, :Hq + KV], w.qk_norm, s.eps), cos, sin)
         q, key, value = qk[:, :, :Hq], qk[:, :, Hq:], qkv[:, :, Hq + KV:]
         self.cache.write(0, B, slots, key.transpose(1, 2), value.transpose(1, 2))
         keys, values = self.cache.view(0, B, span)                             # [B, KV, span, D]
-        bias = attention_bias(window_mask(start, self._causal_of(T), span), keys.dtype)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias,
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values,
+                                           attn_mask=attention_bias(mask, keys.dtype),
                                            enable_gqa=Hq != KV)                # [B, Hq, T, D]
-        # only the row each batch row reads on needs the rest of the layer (the attention
-        # above already wrote every fed pair's key and value)
-        y = y.transpose(1, 2).reshape(B, T, Hq * D)
-        if at is None:
-            y, h = y[:, -1], h[:, -1]                                          # [B, .]
-        else:
-            y = y.gather(1, at[:, :, None].expand(B, 1, y.shape[-1]))[:, 0]
-            h = h.gather(1, at[:, :, None].expand(B, 1, h.shape[-1]))[:, 0]
-        g = h + linear(y, w.o)                                                 # [B, H]
+        g = h + linear(y.transpose(1, 2).reshape(B, T, Hq * D), w.o)           # [B, T, H]
         gate, up = linear(rms_norm(g, w.post_norm, s.eps), w.gate_up).chunk(2, dim=-1)
-        g = g + linear(F.silu(gate) * up, w.down)
-        return linear(rms_norm(g, w.norm, s.eps), w.lm_head), g
+        return g + linear(F.silu(gate) * up, w.down)

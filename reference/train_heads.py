@@ -210,7 +210,9 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     target = pair.target
     files = corpus.corpus_files()
     train_files, held_files = corpus.split(files)
-    if corpus.digest(files) != pair.manifest["data"]["sha256"]:
+    # a grown pair's manifest (make models-large) names its base's instead of its own data
+    data = pair.manifest.get("data") or {}
+    if "sha256" in data and corpus.digest(files) != data["sha256"]:
         log("warning: this Python's standard library differs from the text the target was "
             "trained on (manifest data.sha256); the head is distilled on this one")
     tokenizer = pair.tokenizer
