@@ -49,7 +49,8 @@ def _draft_greedy(draft: str, seq: tuple, k: int) -> tuple:
 def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
            produced: int | None = None) -> Expected:
     """Exact counters of one greedy request whose draft is served model `draft` (a method's
-    `drafter.model`; "target": the target drafts for itself).
+    `drafter.model`; "target": the target drafts for itself), or a drafter that computes its
+    own rounds (a head: `draft.greedy_round(context, n)`, methods.exact_draft).
     `produced`: the request ended after this many tokens (an end-of-sequence id) before
     max_tokens; its rounds are those of a request for max_tokens, up to that end."""
     if schedule not in SCHEDULES:
@@ -57,8 +58,9 @@ def greedy(prompt, max_tokens: int, draft: str, k: int, schedule: str = "full",
     if max_tokens < 1:
         return Expected(0, 0, 0)
     target = oracle.served_greedy(prompt, max_tokens + k + 1)   # accepted tokens may run past the end
-    return replay(target, lambda committed, n: _draft_greedy(
-        draft, tuple(prompt) + tuple(target[:committed]), n), max_tokens, k, schedule, produced)
+    round_of = getattr(draft, "greedy_round", None) or (lambda seq, n: _draft_greedy(draft, seq, n))
+    return replay(target, lambda committed, n: round_of(
+        tuple(prompt) + tuple(target[:committed]), n), max_tokens, k, schedule, produced)
 
 
 def replay(target, propose, max_tokens: int, k: int, schedule: str = "full",

@@ -113,7 +113,9 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
                proposals: str, verification: str = "token-wise") -> list[RoundLaw]:
     """The law of the accepted count of a round of `drafted` proposals after each context
     (token tuples), for served model `draft` (a method's `drafter.model`; the target drafting
-    for itself is oracle.SERVED_TARGET) under `proposals` and `verification`.
+    for itself is oracle.SERVED_TARGET), or a drafter that computes its own rounds (a head:
+    `draft.round_logits(context, prefix)`, methods.exact_draft), under `proposals` and
+    `verification`.
     The trees of all contexts are walked level by level together (one forward per level and
     context length)."""
     if proposals not in PROPOSALS:
@@ -131,10 +133,18 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
         # block verification W_i = min(Q, W_{i-1} p) = Q, whose level sums are 1 too
         return [RoundLaw((1.0,) * drafted) for _ in contexts]
 
+    walked = []   # tree_laws asks for one level after the other: level L's prefixes are L long
+
     def laws(seqs):
         target = _next_logits(seqs, oracle.SERVED_TARGET)
         p = _law(target, sampling)
-        q_logits = target if name == oracle.SERVED_TARGET else _next_logits(seqs, name)
+        level = len(walked)
+        walked.append(level)
+        if hasattr(name, "round_logits"):   # a head: its laws depend on where the round started
+            q_logits = torch.stack([name.round_logits(s[:len(s) - level], s[len(s) - level:])
+                                    for s in seqs])
+        else:
+            q_logits = target if name == oracle.SERVED_TARGET else _next_logits(seqs, name)
         if proposals == "greedy":
             return p, torch.nn.functional.one_hot(greedy_token(q_logits), p.shape[-1]).double()
         return p, _law(q_logits, sampling)

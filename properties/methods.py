@@ -210,17 +210,20 @@ class HeadDraft:
     the target's own hidden states, so it proposes in every round. Which hidden states feed it
     is the engine's convention (`hidden`, a reference.hidden.HiddenStates; None: the engine's
     default for the head), declared in the engine's file. Its proposals are a function of the
-    target's hidden states, not of a model's next logits alone, so the kit replays them only
-    once the oracle computes a head's laws under that convention: until then `replays` is
-    False, and neither the greedy counters nor the acceptance law are replayed."""
+    target's hidden states and of where the round started (a chained head's verified features
+    end there), not of a model's next logits alone: the drafter answers the exact replays
+    itself (`greedy_round`, `round_logits`, from the served head properties/export/heads.py
+    writes). `replays` is True only where the engine's own counters were measured equal to
+    that replay (its file says with what numbers); otherwise neither the greedy counters nor
+    the acceptance law are replayed."""
 
     kind: str                 # "eagle", "eagle3", "medusa", "mtp"
     head: str                 # the export name of the head (the folder an engine loads it from)
     hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
     trained_only: bool = False   # only a trained target has a trained head
+    replays: bool = False     # the kit replays the engine's rounds with this head exactly
 
     model = None              # no stand-alone draft model: the head needs the target's states
-    replays = False           # True once properties/oracle.py computes a head's laws
     lookup = False
     perfect = False
 
@@ -233,11 +236,25 @@ class HeadDraft:
         if self.hidden is not None and not isinstance(self.hidden, HiddenStates):
             raise ValueError(f"HeadDraft: hidden={self.hidden!r}, must be a "
                              f"reference.hidden.HiddenStates or None (the engine's default)")
+        if not isinstance(self.replays, bool):
+            raise ValueError(f"HeadDraft: replays={self.replays!r}, must be a bool")
 
     @property
     def export(self) -> str:
         """The directory (of an export) the engine loads the head from."""
         return self.head
+
+    def greedy_round(self, context, n: int) -> tuple:
+        """The served head's argmax proposals (at most n) in a round whose newest token is
+        context[-1]: what properties/acceptance.py replays greedy rounds with."""
+        from properties.export import heads
+        return heads.round_proposals(self, tuple(int(t) for t in context), n)
+
+    def round_logits(self, context, prefix):
+        """The served head's logits [V] for the proposal after `prefix` in a round whose newest
+        token is context[-1]: what properties/acceptance_sampled.py walks a round's tree with."""
+        from properties.export import heads
+        return heads.round_logits(self, context, prefix)
 
     def proposes(self, prompt, tokens) -> bool:
         """A head drafts in every round (from the latest verified hidden state), so in every
@@ -251,6 +268,12 @@ class HeadDraft:
         reads = ("the engine's default hidden states" if self.hidden is None
                  else f"the target's {self.hidden.describe()}")
         return f"{HEAD_KINDS[self.kind]} head {self.head} reading {reads}"
+
+
+def exact_draft(drafter):
+    """What the exact replays (properties/acceptance.py, acceptance_sampled.py) take as the
+    draft: a draft model's name, or a head itself (it computes its own rounds)."""
+    return drafter if isinstance(drafter, HeadDraft) else drafter.model
 
 
 # the heads' kinds, and their names in the papers

@@ -134,3 +134,35 @@ def test_bad_input_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="trained eagle3 head reads the input of layers 1, 3, 5, "
                                          "not the input of layers 0, 1, 2"):
         heads.export(tmp_path, METHODS["eagle3"].drafter, "trained")
+
+
+@pytest.mark.parametrize("name", SERVED)
+def test_the_exact_replays_take_the_round_start_from_the_head(name):
+    """A HeadDraft answers the replays itself: acceptance.greedy's rounds are its
+    greedy_round from each round's context, and the sampled law of a round of argmax proposals
+    walks the head's own chain (proposal j + 1 after proposals 1 .. j of the same round, with
+    the features ending at the round's start), as computed here by hand."""
+    from properties import acceptance, acceptance_sampled, methods, oracle
+    from reference.sampling import SamplingParams
+    drafter = METHODS[name].drafter
+    assert methods.exact_draft(drafter) is drafter
+    assert methods.exact_draft(METHODS["draft-early-exit"].drafter) == "draft-early-exit"
+    sampling = SamplingParams(temperature=1.0)
+    for prompt in PROMPTS:
+        greedy = oracle.served_greedy(prompt, 16 + 5)
+        rounds, committed, drafted, accepted = 0, 1, 0, 0
+        while committed < 16:            # the "full" schedule: k every round
+            proposals = drafter.greedy_round(tuple(prompt) + tuple(greedy[:committed]), 4)
+            a = next((i for i, t in enumerate(proposals) if t != greedy[committed + i]), 4)
+            rounds, drafted, accepted = rounds + 1, drafted + 4, accepted + a
+            committed += a + 1
+        assert acceptance.greedy(prompt, 16, drafter, 4, "full") == acceptance.Expected(
+            rounds, drafted, accepted)
+        context = tuple(prompt) + (greedy[0],)
+        law = acceptance_sampled.round_laws([context], 4, drafter, sampling, "greedy")[0]
+        chain, reach, mass = drafter.greedy_round(context, 4), [], 1.0
+        for j, token in enumerate(chain):
+            p = sampling.probs(oracle.served_next_logits([context + chain[:j]])[0])
+            mass *= float(p[token])
+            reach.append(mass)
+        assert law.reach == pytest.approx(reach, rel=1e-9, abs=1e-15)

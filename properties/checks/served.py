@@ -429,7 +429,8 @@ def _replay(case, completion, impl, schedule, draft=None):
     done = 0
     for length in pieces:
         e = acceptance.greedy(tuple(case.prompt) + tuple(completion.tokens[:done]),
-                              case.max_tokens - done, draft or impl.method.drafter.model, impl.k,
+                              case.max_tokens - done,
+                              draft or methods.exact_draft(impl.method.drafter), impl.k,
                               schedule,
                               produced=length)
         drafts, drafted, accepted = drafts + e.drafts, drafted + e.drafted, accepted + e.accepted

@@ -85,7 +85,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from properties import acceptance_sampled as exact
-from properties import evidence, oracle, progress, statistics
+from properties import evidence, methods, oracle, progress, statistics
 from properties.cases import ServedCase
 from properties.checks import served as served_checks
 from properties.harness import fail
@@ -217,7 +217,7 @@ def rule_shifts(impl, case: ServedCase, schedule: str, proposals: tuple) -> dict
     shifts = {}
     for convention in proposals:
         means = [[r.mean for r in exact.cached_round_laws(contexts, n,
-                                                          impl.method.drafter.model,
+                                                          methods.exact_draft(impl.method.drafter),
                                                           case.sampling, convention, which)]
                  for which in (declared, "token-wise")]
         shifts[convention] = sum(p * (a - b) for p, a, b in zip(law.values(), *means))
@@ -239,8 +239,8 @@ def plan(impl, case: ServedCase, schedule: str, proposals: tuple) -> tuple[int, 
     contexts = [tuple(case.prompt) + ((t,) if t is not None else ()) for t in law]
     worst_v = 0.0
     for convention in proposals:
-        laws = exact.cached_round_laws(contexts, n, impl.method.drafter.model, case.sampling,
-                                       convention, **rule(impl))
+        laws = exact.cached_round_laws(contexts, n, methods.exact_draft(impl.method.drafter),
+                                       case.sampling, convention, **rule(impl))
         worst_v = max(worst_v, sum(p * r.var for p, r in zip(law.values(), laws)))
     need = exact.samples_needed(worst_v, DELTA_ACCEPTANCE * n, statistics.ALPHA / 2,
                                 statistics.POWER) if n else MIN_SAMPLES
@@ -422,7 +422,7 @@ def _round_laws(impl, case, contexts, sizes, convention: str, rule: str) -> list
     for m in set(sizes):
         idx = [i for i, s in enumerate(sizes) if s == m]
         for i, law in zip(idx, exact.cached_round_laws([contexts[i] for i in idx], m,
-                                                       impl.method.drafter.model,
+                                                       methods.exact_draft(impl.method.drafter),
                                                        case.sampling, convention, rule)):
             laws[i] = law
     return laws

@@ -181,32 +181,70 @@ def load_vllm(path, target):
     return head.to(torch.float64).eval().requires_grad_(False)
 
 
-@torch.no_grad()
 def greedy_proposals(head, target, context, k: int) -> tuple:
     """The head's argmax proposals (at most k; Medusa: at most its number of heads) in a round
     whose newest token is context[-1], as reference/heads/proposer.py drafts them: from the
     target's float64 features of the verified tokens context[:-1], chained on its own
     proposals. () for a one-token context (no verified feature)."""
-    from reference.cache import KVCache
-    from reference.heads.replay import round_logits
     from reference.sampling import greedy_token
     context = [int(t) for t in context]
     if not isinstance(k, int) or k < 0:
         raise ValueError(f"greedy_proposals: k must be an int >= 0, got {k!r}")
-    n = len(context) - 1
-    if n < 1 or k == 0:
+    if len(context) < 2 or k == 0:
         return ()
-    c = target.config
-    cache = KVCache(len(target.layers), 1, c.num_key_value_heads, c.head_dim, n,
-                    torch.float64, "cpu")
-    _, features = target.forward_hidden(torch.tensor([context[:-1]]), cache, head.hidden)
+    features = _features(head, target, context[:-1])
     limit = min(k, head.num_heads) if isinstance(head, MedusaHeads) else k
     out = []
-    for count in range(1, limit + 1):
-        # rows 0 .. n - 1 of the features are read; the proposals' rows never are
-        rows = round_logits(head, features[0], context + out, n, count)
-        out.append(int(greedy_token(rows[-1])))
+    for _ in range(limit):
+        out.append(int(greedy_token(_round_row(head, features, context, out))))
     return tuple(out)
+
+
+@torch.no_grad()
+def _features(head, target, verified) -> torch.Tensor:
+    """The target's features of the verified tokens, as the head reads them: [len, width]."""
+    from reference.cache import KVCache
+    c = target.config
+    cache = KVCache(len(target.layers), 1, c.num_key_value_heads, c.head_dim, len(verified),
+                    torch.float64, "cpu")
+    return target.forward_hidden(torch.tensor([list(verified)]), cache, head.hidden)[1][0]
+
+
+@torch.no_grad()
+def _round_row(head, features, context, prefix) -> torch.Tensor:
+    """The head's logits [V] (-inf outside a draft vocabulary) for the proposal after `prefix`
+    in the round whose newest token is context[-1]; features of context[:-1]."""
+    from reference.heads.replay import round_logits
+    # rows 0 .. n - 1 of the features are read; the proposals' rows never are
+    return round_logits(head, features, list(context) + list(prefix), len(context) - 1,
+                        len(prefix) + 1)[-1]
+
+
+# The served heads' rounds for the exact replays (properties/acceptance.py, acceptance_sampled.py),
+# which a HeadDraft answers with: a chained head's proposals depend on where its round started
+# (the verified features end there), so they are a function of (context, prefix), not of the
+# sequence alone as a draft model's are.
+
+@lru_cache(maxsize=4096)
+def round_proposals(drafter, context: tuple, n: int) -> tuple:
+    """greedy_proposals of the served head `drafter` loads, cached."""
+    return greedy_proposals(served_head(drafter), served.build("target"), context, n)
+
+
+@lru_cache(maxsize=1024)
+def _served_features(drafter, verified: tuple) -> torch.Tensor:
+    return _features(served_head(drafter), served.build("target"), verified)
+
+
+def round_logits(drafter, context, prefix) -> torch.Tensor:
+    """The served head's logits [V] for the proposal after `prefix` in a round whose newest
+    token is context[-1] (a context of two or more tokens)."""
+    context = tuple(int(t) for t in context)
+    if len(context) < 2:
+        raise ValueError(f"round_logits: a head drafts from a verified feature, so the context "
+                         f"needs two or more tokens, got {list(context)}")
+    return _round_row(served_head(drafter), _served_features(drafter, context[:-1]), context,
+                      [int(t) for t in prefix])
 
 
 def export(directory, drafter, models: str = "kit") -> Path:

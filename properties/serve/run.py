@@ -268,8 +268,9 @@ def resolve(engine_name: str, method_name: str | None, models: str = "kit",
     # a trained pair: a shape the engine cannot run is refused here, before anything starts,
     # naming the model, its head_dim and the engine
     refused = _trained_refusal(engine, method, models) if models != "kit" else (
-        f"method {method.name} drafts with a trained pair's small draft: pass --models trained "
-        f"or --models trained-large" if method.drafter.trained_only else None)
+        f"method {method.name} drafts with {method.drafter.describe()}, which only a trained "
+        f"pair has: pass --models trained or --models trained-large"
+        if method.drafter.trained_only else None)
     if refused:
         raise SetupError(refused)
     try:
