@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others conformance-large test test-extra bench gpu-check models models-heads models-large clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
+.PHONY: conformance conformance-others conformance-large test test-extra bench gpu-check models models-heads models-large models-large-head clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -89,6 +89,14 @@ models-heads: $(STAMP)
 # 2026-12-05, with a package install running beside it; the target alone took 950 s idle).
 models-large: $(STAMP)
 	$(PY) -m reference.grow --base $(MODELS_DIR) --out $(MODELS_DIR)-large --threads 2
+
+# The EAGLE-3 head of the weight-bound target (reference/train_heads.py, committed in
+# $(MODELS_DIR)-large/eagle3/, float16; what fast/test_bench_head.py drafts with): the recipe of
+# models-heads cut to 200 steps, since a step of the 15M target costs about 3 s on one thread
+# (the recipe's 600 would take half an hour); its manifest entry gives time and acceptance.
+models-large-head: $(STAMP)
+	$(PY) -m reference.train_heads --models $(MODELS_DIR)-large --threads 1 --steps 200
+	$(PY) -c "from reference.pretrained import check_manifest; p = check_manifest('$(MODELS_DIR)-large'); print(*p, sep='\n'); raise SystemExit(bool(p))"
 
 # The kit's stated error rates, measured (CONFORMANCE.md, "Calibration"; outside make test).
 # Five batches, then the table and the QQ picture in CALIBRATION_DIR:
@@ -212,16 +220,15 @@ engine-onnxruntime-genai: $(ORTGENAI_STAMP)
 # then ends INCOMPLETE, or NOT CONFORMANT on what it reached, saying how far it got); none by
 # default. OpenVINO's default-setting runs take over 25 minutes each here.
 ENGINE_TIME_LIMIT ?=
-ENGINE_RUNS ?= vllm:draft-early-exit vllm:draft-random vllm:perfect-draft vllm:ngram \
-	llamacpp:draft-early-exit llamacpp:draft-random llamacpp:perfect-draft llamacpp:ngram \
-	transformers:prompt-lookup \
-	openvino:draft-early-exit openvino:draft-random openvino:perfect-draft openvino:prompt-lookup \
-	openvino:draft-early-exit-no-prefix-caching openvino:draft-random-no-prefix-caching \
-	openvino:perfect-draft-no-prefix-caching openvino:prompt-lookup-no-prefix-caching \
-	onnxruntime-genai:draft-early-exit onnxruntime-genai:draft-random \
-	onnxruntime-genai:perfect-draft onnxruntime-genai:ngram
+# The runs: every method the engines' files declare that runs on the kit's models here
+# (python -m properties.serve methods ENGINE ...: a trained pair's methods and those the engine
+# refuses on a CPU are left out, `methods --all` says why); ENGINE_RUNS="vllm:ngram ..." to choose.
+ENGINE_NAMES ?= vllm llamacpp transformers openvino onnxruntime-genai
+ENGINE_RUNS ?=
 engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai
-	@status=0; for run in $(ENGINE_RUNS); do \
+	@status=0; runs="$(ENGINE_RUNS)"; \
+	[ -n "$$runs" ] || runs=$$($(PY) -m properties.serve methods $(ENGINE_NAMES)); \
+	for run in $$runs; do \
 		engine=$${run%%:*}; method=$${run#*:}; \
 		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
 			--known-failures tests/known/$$engine.txt \

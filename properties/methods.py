@@ -305,6 +305,10 @@ class Method:
     # a mode the engine itself names as lossy (its own words): judged NOT CONFORMANT, and the
     # verdict says the engine named it so when its failures come
     lossy: str | None = None
+    # where the engine's build refuses the method on this kind of machine (a CPU): its own
+    # message, and where it runs instead. `make engines` leaves it out (still listed); the
+    # launcher still starts it when asked, so the refusal is re-checked on every new version
+    refused: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.drafter, (ModelDraft, Lookup, StatefulLookup, Unknown, Scripted,

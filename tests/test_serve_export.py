@@ -105,3 +105,23 @@ def test_cli_export_models_trained_large_without_the_pair_names_its_make_target(
     err = capsys.readouterr().err
     assert "--models trained-large" in err and "make models-large" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_methods_lists_what_make_engines_runs(capsys):
+    """`python -m properties.serve methods` (what make engines runs): every declared method of
+    each engine, left out exactly where the method object says why (a trained pair's only, or
+    refused on this machine with the engine's message); --all names the reason."""
+    from properties import engines
+    assert cli.main(["methods", "vllm", "llamacpp"]) == 0
+    listed = set(capsys.readouterr().out.split())
+    for name in ("vllm", "llamacpp"):
+        for method in engines.get(name).methods.values():
+            left_out = method.drafter.trained_only or method.refused is not None
+            assert (f"{name}:{method.name}" in listed) == (not left_out), method.name
+    assert "vllm:draft-early-exit" in listed and "vllm:draft-early-exit-synthetic" not in listed
+    assert cli.main(["methods", "--all", "vllm"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "Synthetic acceptance not supported" in lines["vllm:draft-early-exit-synthetic"]
+    assert "trained pair" in lines["vllm:draft-small"]
+    assert cli.main(["methods", "nosuchengine"]) == 2
+    assert "ENGINE='nosuchengine'" in capsys.readouterr().err

@@ -67,14 +67,15 @@ METHODS = {m.name: m for m in (
            "sampled proposals (draft_sample_method probabilistic: with argmax proposals block "
            "and token-wise verification have one law)",
            EARLY_EXIT, K, proposals="sampled", verification="block"),
-    # refused on this CPU build: the server dies at its warm-up with "AssertionError: Synthetic
-    # acceptance not supported with CPU sampling" (vllm/utils/cpu_triton_utils.py,
-    # _rejection_greedy_sample_kernel_impl; the run of 2026-12-07); runs where vLLM's Triton
-    # kernels do (a GPU)
+    # refused on this CPU build (the run of 2026-12-07)
     Method("draft-early-exit-synthetic",
            f"draft model: the early exit, synthetic acceptance (rejection_sample_method "
            f"synthetic, rates {list(SYNTHETIC_RATES)}): lossy by design",
-           EARLY_EXIT, K, lossy=SYNTHETIC_WORDS),
+           EARLY_EXIT, K, lossy=SYNTHETIC_WORDS,
+           refused="vLLM's CPU build dies at its warm-up: \"AssertionError: Synthetic "
+                   "acceptance not supported with CPU sampling\" (vllm/utils/cpu_triton_utils.py, "
+                   "_rejection_greedy_sample_kernel_impl); it runs where vLLM's Triton kernels "
+                   "do (a GPU: the recipe, python -m properties.serve recipes DIR)"),
     # the kit's own drafts through custom_class (properties/engines/vllm_scripted.py)
     Method("scripted-right", "custom_class: the target's greedy tokens (every one accepted)",
            Scripted("right"), K, proposals="greedy"),

@@ -3,6 +3,10 @@
 the weight-bound one of `make models-large`).
 
 ``python -m properties.serve recipes DIR`` prints the recipes for an existing export.
+
+``python -m properties.serve methods [ENGINE ...]`` lists ENGINE:METHOD for every method the
+engines declare that runs on the kit's models here (what ``make engines`` runs); ``--all`` lists
+every method, saying why one is left out (a trained pair's only, refused on this machine).
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ def main(argv=None) -> int:
     go.add_argument("--baseline-port", type=int, default=None,
                     help="port of the baseline server (default: a free one); after a lone "
                          "--, more pytest options")
+    listing = commands.add_parser("methods", help="ENGINE:METHOD of every method that runs on "
+                                                  "the kit's models here (make engines)")
+    listing.add_argument("engines", nargs="*", metavar="ENGINE",
+                         help=f"engines to list (default: {', '.join(engines.ENGINES)})")
+    listing.add_argument("--all", action="store_true",
+                         help="every declared method, one per line, with why one is left out")
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after "--" goes to pytest as it is (argparse would take options from it)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -71,6 +81,8 @@ def main(argv=None) -> int:
     if args.command == "run":
         from properties.serve import run
         return run.main(args)
+    if args.command == "methods":
+        return list_methods(args.engines or list(engines.ENGINES), args.all)
     if args.command == "export":
         trained = args.models in trained_export.PAIRS
         if trained:
@@ -95,6 +107,40 @@ def main(argv=None) -> int:
             print(recipes.describe_trained(args.directory, args.models))
             return 0
     print(recipes.describe(args.directory))
+    return 0
+
+
+def left_out(method) -> str | None:
+    """Why `make engines` does not run this method on the kit's models, or None."""
+    if method.drafter.trained_only:
+        return "a trained pair's only (--models trained or trained-large)"
+    if method.refused:
+        return f"refused on this machine: {method.refused}"
+    return None
+
+
+def list_methods(names: list, every: bool) -> int:
+    unknown = [n for n in names if n not in engines.ENGINES]
+    if unknown:
+        print(f"error: ENGINE={unknown[0]!r}: choose from {', '.join(engines.ENGINES)}",
+              file=sys.stderr)
+        return 2
+    runs = []
+    for name in names:
+        try:
+            engine = engines.get(name)
+        except engines.EngineNotHere as exc:      # the fake engine outside a checkout
+            print(f"# {name}: {exc}", file=sys.stderr)
+            continue
+        for method in engine.methods.values():
+            why = left_out(method)
+            if every:
+                print(f"{name}:{method.name}  {method.description}"
+                      + (f"  [left out: {why}]" if why else ""))
+            elif why is None and engine.runnable:
+                runs.append(f"{name}:{method.name}")
+    if not every:
+        print(" ".join(runs))
     return 0
 
 
