@@ -96,6 +96,13 @@ def test_signature_is_the_first_exception_without_numbers():
                "not use offset', please check the stack trace above\n"
                "ERROR [w.py:1] RuntimeError: CPU Generator does not use offset\n")
     assert signature(relayed) == "RuntimeError: CPU Generator does not use offset"
+    # an exception Python reports as ignored (raised in a __del__) is not the crash
+    ignored = ("Exception ignored in: <function Handler.__del__ at 0x7f5d5a5aa520>\n"
+               "Traceback (most recent call last):\n"
+               '  File "/x/torch/_ops.py", line 875, in __call__\n'
+               "RecursionError: maximum recursion depth exceeded\n"
+               "ERROR [w.py:1] RuntimeError: index 1478550240 is out of bounds for dimension 1\n")
+    assert signature(ignored) == "RuntimeError: index N is out of bounds for dimension N"
 
 
 def kit_run(tmp_path, method, families, *more):

@@ -44,6 +44,11 @@ _CHATTER = re.compile(r"\b(WARNING|INFO|DEBUG)\b")   # advice and progress, not 
 # log shows (with its traceback) elsewhere
 _WRAPPED = re.compile(r"failed with error '")
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
+# Python's report of an exception raised in a __del__ or a callback ("Exception ignored in
+# <function ...>", then its traceback and exception line): by definition the process went on,
+# so it is never the crash (vLLM's EAGLE-3 warm-up prints one, a RecursionError in a oneDNN
+# handle's __del__, and then serves)
+_IGNORED = re.compile(r"^Exception ignored in\b")
 _FATAL = re.compile(r"(?i)\b(abort(ed)?|segmentation fault|core dumped|assert(ion)? failed|"
                     r"terminate called|fatal)\b.*")
 
@@ -54,14 +59,21 @@ def signature(log_text: str) -> str:
     numbers (one signature per way of dying)."""
     found, frame = "", ""
     lines = [line for line in log_text.splitlines() if not _CHATTER.search(line)]
+    ignoring, after = False, 0    # after: the first line past the last ignored report
     for i, line in enumerate(lines):
+        if _IGNORED.search(line):
+            ignoring = True     # until its exception line, which is skipped too
+            continue
         match = _EXCEPTION.search(line)
+        if match and ignoring:
+            ignoring, after = False, i + 1
+            continue
         if match:
             found = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
             if _WRAPPED.search(found):
                 continue    # a process reporting another's failure: the root cause comes next
             # the innermost frame of its traceback, if the log has one: where it was raised
-            for earlier in reversed(lines[max(0, i - 6):i]):
+            for earlier in reversed(lines[max(after, i - 6):i]):
                 where = _FRAME.search(earlier)
                 if where:
                     frame = f" in {where.group(1).rsplit('/', 1)[-1]}:{where.group(2)}"
