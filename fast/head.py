@@ -51,7 +51,7 @@ from fast.cache import StaticCache
 from fast.forward import attention_bias, rms_norm, window_mask
 from fast.rotary import apply_rotary, rotary_table
 from fast.small_m import linear
-from fast.weights import LayerWeights, ModelWeights, Shape
+from fast.weights import LayerWeights, ModelWeights, Shape, _matrices
 
 
 @dataclass
@@ -64,26 +64,31 @@ class HeadWeights:
 
 def head_weights(head) -> HeadWeights:
     """The weights of a reference Eagle3Head, q/k/v and gate/up fused (copies, made once). Its
-    layer's qkv is [(heads + 2 kv_heads) * D, 2H]: it reads [embedding, h]."""
+    layer's qkv is [(heads + 2 kv_heads) * D, 2H]: it reads [embedding, h]. The matrices share
+    one block on 2 MB pages where the target's would be (fast/weights.py): a round's verify
+    streams the target's weights through the caches, so every round reads the head's from
+    memory again, and on 4 KB pages that is a TLB miss every 4 KB."""
     layer, attn = head.midlayer, head.midlayer.self_attn
     c = head.config
     with torch.no_grad():
+        qkv, o, gate_up, down, lm_head, fc = _matrices([
+            [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], [attn.o_proj.weight],
+            [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight], [layer.mlp.down_proj.weight],
+            [head.lm_head.weight], [head.fc.weight]])
         fused_layer = LayerWeights(
-            input_norm=layer.input_layernorm.weight.detach(),
-            qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach(),
+            input_norm=layer.input_layernorm.weight.detach(), qkv=qkv,
             qk_norm=torch.cat([attn.q_norm.weight.expand(c.num_attention_heads, -1),
                                attn.k_norm.weight.expand(c.num_key_value_heads, -1)]).detach(),
-            o=attn.o_proj.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
-            gate_up=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]).detach(),
-            down=layer.mlp.down_proj.weight.detach())
+            o=o, post_norm=layer.post_attention_layernorm.weight.detach(), gate_up=gate_up,
+            down=down)
         shape = Shape(vocab_size=head.lm_head.weight.shape[0], hidden_size=c.hidden_size,
                       num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
                       head_dim=c.head_dim, rope_theta=float(c.rope_theta), eps=c.rms_norm_eps,
                       num_layers=1)
         model = ModelWeights(shape=shape, embed=head.embed_tokens.weight.detach(),
                              layers=[fused_layer], norm=head.norm.weight.detach(),
-                             lm_head=head.lm_head.weight.detach())
-        return HeadWeights(model=model, fc=head.fc.weight.detach(),
+                             lm_head=lm_head)
+        return HeadWeights(model=model, fc=fc,
                            hidden_norm=layer.hidden_norm.weight.detach(),
                            draft_to_target=head.draft_to_target)
 
