@@ -71,3 +71,28 @@ def test_the_parameter_matrix_shows_each_sampling_parameter_per_run(tmp_path):
     results.write_text(json.dumps(runs))
     text = grid.write(results).read_text()
     assert "Sampling parameters under speculation" in text and "<th>law_min_p</th>" in text
+
+
+def test_the_matrix_shows_the_path_speculation_shown_and_acceptance_against_exact(tmp_path):
+    """Each row names the path judged (drafter, k, proposals, verification), in how many judged
+    examples speculation was shown, and the engine's acceptance beside the exact replay: equal,
+    or DIFFERS where the engine's counts are not the replay's."""
+    path = {"drafter": "EAGLE-3 head head-eagle3", "k": 4, "proposals": "greedy",
+            "verification": "token-wise"}
+    fam = dict(_family(passed=2), examples_shown=[10, 7])
+    runs = [dict(_run("vllm", "eagle3", {"served_greedy": fam}), path=path,
+                 speculation={"drafted": 40, "accepted": 9,
+                              "exact": {"drafted": 40, "accepted": 9, "schedule": "full"}}),
+            dict(_run("vllm", "medusa", {"served_greedy": fam}), path=path,
+                 speculation={"drafted": 40, "accepted": 9,
+                              "exact": {"drafted": 40, "accepted": 8, "schedule": "full"}}),
+            dict(_run("llamacpp", "ngram", {}), speculation={"drafted": 0, "accepted": 0})]
+    assert grid.path(runs[0]) == "EAGLE-3 head head-eagle3; k 4; greedy; token-wise"
+    assert grid.shown(runs[0]) == "7 of 10" and grid.shown(runs[2]) == "-"
+    assert grid.acceptance(runs[0]) == "9 / 40 (0.225); exact 9 / 40 (equal)"
+    assert grid.acceptance(runs[1]).endswith("exact 8 / 40 (DIFFERS)")
+    assert grid.acceptance(runs[2]) == "nothing drafted"
+    results = tmp_path / "engines.json"
+    results.write_text(json.dumps(runs))
+    text = grid.write(results).read_text()
+    assert "9 / 40 (0.225); exact 9 / 40 (equal)" in text and "7 of 10" in text

@@ -125,3 +125,22 @@ def test_methods_lists_what_make_engines_runs(capsys):
     assert "trained pair" in lines["vllm:draft-small"]
     assert cli.main(["methods", "nosuchengine"]) == 2
     assert "ENGINE='nosuchengine'" in capsys.readouterr().err
+
+
+def test_exact_counts_beside_the_engines_own():
+    """The launcher's evidence replays its greedy requests' counts where the kit replays the
+    drafter: the target drafting for itself has every drafted token accepted; a draft unlike
+    the target has fewer; a lookup (not replayed) or an engine with no declared schedule gets
+    none."""
+    from types import SimpleNamespace
+    from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, Method
+    from properties.serve import speed
+    engine = SimpleNamespace(schedule="full")
+    requests = [(speed.PROMPTS[0], speed.TOKENS)]
+    perfect = speed.exact_counts(engine, Method("p", "", PERFECT, 4), requests)
+    assert perfect["drafted"] > 0 and perfect["accepted"] == perfect["drafted"]
+    early = speed.exact_counts(engine, Method("e", "", EARLY_EXIT, 4), requests)
+    assert early["drafted"] > 0 and early["accepted"] < early["drafted"]
+    assert speed.exact_counts(engine, Method("n", "", LOOKUP, 4), requests) is None
+    assert speed.exact_counts(SimpleNamespace(schedule=None), Method("p", "", PERFECT, 4),
+                              requests) is None

@@ -47,6 +47,38 @@ def cell(run: dict, family: str) -> tuple[str, str]:
     return "n/a", reason[:60]
 
 
+def path(run: dict) -> str:
+    """The speculative path a run judged: what drafts, k, how proposals are drawn and
+    verified (a run recorded before 2026-12-07 has only its method's description)."""
+    p = run.get("path")
+    if not p:
+        return run.get("method_description", "")
+    proposals = p.get("proposals") or "proposals as the engine draws them"
+    return f"{p['drafter']}; k {p['k']}; {proposals}; {p['verification']}"
+
+
+def shown(run: dict) -> str:
+    """In how many of the judged examples speculation was shown (the engine drafted there)."""
+    pairs = [e.get("examples_shown", [0, 0]) for e in (run.get("summary") or {}).values()]
+    examples, speculated = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+    return f"{speculated} of {examples}" if examples else "-"
+
+
+def acceptance(run: dict) -> str:
+    """The engine's accepted / drafted over the launcher's greedy requests, with the kit's
+    exact replay of the same requests where it replays the drafter."""
+    s = run.get("speculation") or {}
+    if not s.get("drafted"):
+        return "nothing drafted" if s else "-"
+    text = f"{s['accepted']:g} / {s['drafted']:g} ({s['accepted'] / s['drafted']:.3f})"
+    exact = s.get("exact")
+    if exact:
+        text += (f"; exact {exact['accepted']:g} / {exact['drafted']:g}"
+                 + (" (equal)" if (exact["accepted"], exact["drafted"]) ==
+                    (s["accepted"], s["drafted"]) else " (DIFFERS)"))
+    return text
+
+
 def parameter_cell(run: dict, nodeid: str) -> tuple[str, str]:
     """(state, text) of one served_params test in one run: the engine x method x parameter
     matrix (a refused parameter is "not supported" with the engine's message)."""
@@ -137,7 +169,9 @@ def render(runs: list, base: Path) -> str:
             cells.append(f'<td class="cell" data-state="{state}" style="background:'
                          f'{COLOURS[state]}">{esc(text)}</td>')
         speed = (run.get("speed") or {}).get("speedup")
-        rows.append(f"<tr><td>{head}</td>{''.join(cells)}<td>{esc(run.get('verdict_text', ''))}"
+        rows.append(f"<tr><td>{head}</td><td>{esc(path(run))}</td>{''.join(cells)}"
+                    f"<td>{esc(shown(run))}</td><td>{esc(acceptance(run))}</td>"
+                    f"<td>{esc(run.get('verdict_text', ''))}"
                     f"</td><td>{'' if speed is None else f'{speed:.2f}x'}</td></tr>")
     legend = "".join(f'<span style="background:{c}">{esc(s)}</span>' for s, c in COLOURS.items()
                      if s != "none")
@@ -145,7 +179,10 @@ def render(runs: list, base: Path) -> str:
             f"<title>kit: engines</title><style>{STYLE}</style></head><body>"
             "<h1>The kit on the production engines</h1>"
             f'<p class="legend">{legend}</p><table><tr><th>engine / method</th>'
+            + "<th>path: drafter, k, proposals, verification</th>"
             + "".join(f"<th>{f}</th>" for f in FAMILIES)
+            + "<th>speculation shown (judged examples)</th>"
+            + "<th>accepted / drafted: engine (exact replay), greedy</th>"
             + "<th>verdict</th><th>speed-up</th></tr>" + "".join(rows) + "</table>"
             + _parameters([r for r in runs if not on_trained_pair(r)])
             + _trained(runs, base) + "</body></html>")

@@ -109,6 +109,11 @@ class Launch:
         launch.record = {"engine": engine.name, "title": engine.title, "version": version,
                          "method": method.name, "method_description": method.description,
                          "method_lossy": method.lossy,
+                         # the path judged, for the engines' matrix (properties/report/grid.py)
+                         "path": {"drafter": method.drafter.describe(), "k": method.k,
+                                  "proposals": method.proposals or getattr(
+                                      engine.dialect_for(method), "draft_proposals", None),
+                                  "verification": method.verification},
                          "families": [] if launch.trained else list(families.SERVED),
                          "date": time.strftime("%Y-%m-%d"), "run_dir": str(run_dir),
                          "models": models}
@@ -415,10 +420,10 @@ def results_append(path, record: dict) -> None:
 
 def markdown(runs) -> str:
     served = families.SERVED
-    lines = ["| engine | version | method | date | " + " | ".join(served) +
-             " | drafted / accepted | speed-up | verdict |",
-             "|" + " --- |" * (len(served) + 7)]
-    from properties.report.grid import cell, on_trained_pair
+    lines = ["| engine | version | method | path | date | " + " | ".join(served) +
+             " | speculation shown | accepted / drafted (exact replay) | speed-up | verdict |",
+             "|" + " --- |" * (len(served) + 9)]
+    from properties.report.grid import acceptance, cell, on_trained_pair, path, shown
     trained = [r for r in runs if on_trained_pair(r)]
     if len(trained) == len(runs):
         lines = []      # trained runs only: their own table below
@@ -426,11 +431,10 @@ def markdown(runs) -> str:
         if on_trained_pair(r):
             continue
         cells = [cell(r, f)[1] for f in served]
-        s = r.get("speculation") or {}
         sp = r.get("speed") or {}
-        lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | "
+        lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | {path(r)} | "
                      f"{r.get('date', '')} | " + " | ".join(cells) +
-                     f" | {s.get('drafted', 0):g} / {s.get('accepted', 0):g} | "
+                     f" | {shown(r)} | {acceptance(r)} | "
                      f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
     if trained:
         # the pair column: the same engine and method give other figures on the other pair

@@ -3,7 +3,10 @@
 `evidence` sends a few greedy requests to the speculating server and reads the engine's own
 counters through its dialect (`Dialect.count`: a page of server-wide counters, or the draft
 statistics in its responses): no drafted token means speculation was not shown to have run,
-whatever the flags said.
+whatever the flags said. Where the kit replays the method's drafter (a draft model, a head, a
+script) and the engine declares its end-of-request schedule, the same requests' counts are
+replayed exactly beside them (properties/acceptance.py): the engine's acceptance against the
+exact one, in the engines' matrix.
 
 `measure` times greedy requests one at a time, on the speculating and the baseline server in
 alternating turns; while one is measured the other's processes are paused (SIGSTOP), so the
@@ -41,7 +44,28 @@ def evidence(engine, server, method=None) -> dict:
     if counted is None:
         return {"drafted": 0, "accepted": 0,
                 "source": f"{engine.title} reports no speculation counters"}
-    return {"drafted": counted.drafted, "accepted": counted.accepted, "source": counted.source}
+    found = {"drafted": counted.drafted, "accepted": counted.accepted, "source": counted.source}
+    exact = exact_counts(engine, method, [(r.prompt, len(a.tokens)) for r, (a, *_) in
+                                          zip(requests, counted.answers)])
+    if exact is not None:
+        found["exact"] = exact
+    return found
+
+
+def exact_counts(engine, method, requests) -> dict | None:
+    """The exact drafted and accepted counts of greedy requests (prompt, tokens produced) under
+    `method`, replayed from the kit's float64 models; None where the kit does not replay the
+    method's drafter or the engine declares no schedule."""
+    if method is None or not method.drafter.replays or engine.schedule is None:
+        return None
+    from properties import acceptance, methods
+    drafted = accepted = 0
+    for prompt, produced in requests:
+        e = acceptance.greedy(tuple(prompt), TOKENS, methods.exact_draft(method.drafter),
+                              method.k, engine.schedule,
+                              produced=produced if produced < TOKENS else None)
+        drafted, accepted = drafted + e.drafted, accepted + e.accepted
+    return {"drafted": drafted, "accepted": accepted, "schedule": engine.schedule}
 
 
 def _pause(server, on: bool) -> None:
