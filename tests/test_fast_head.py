@@ -14,7 +14,7 @@ from reference.heads.proposer import head_proposer
 from reference.heads.random import random_head
 from reference.heads.replay import round_logits
 from reference.hidden import HiddenStates, forward_hidden
-from reference.model import random_model
+from reference.model import Config, random_model
 from tests.heads_by_hand import small_target
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [40, 40, 7, 40, 40, 7], [63, 0, 31, 32, 8, 8, 8, 20, 11], [9, 3]]
@@ -195,3 +195,18 @@ def test_a_batch_of_one_token_prompts_drafts_from_the_second_round(target, heads
     assert [len(out) for out in outputs] == [9, 9]
     if temperature == 0:
         assert outputs == [target_greedy(target, p, 9) for p in prompts]
+
+
+def test_the_kit_impl_drafts_with_the_targets_trained_head_where_one_fits():
+    """--impl=fast-head (fast/head_kit.py): the committed trained target gets its trained head
+    (what the kit's trained cases then judge), a shallow kit target a random head reading its
+    embeddings and last stream; one head per target, kept."""
+    from fast import head_kit
+    pretrained = pytest.importorskip("reference.pretrained")
+    pair = pretrained.load(torch.float64)
+    head = head_kit.head_for(pair.target)
+    assert torch.equal(head.fc.weight, pair.eagle3().fc.weight)
+    assert head_kit.head_for(pair.target) is head
+    shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
+    assert head_kit.head_for(shallow).hidden == HiddenStates((0, 2), "input")
+    assert "perfect_draft" in head_kit.KIT_NOT_APPLICABLE
