@@ -7,7 +7,10 @@ The final norm comes with it on request (`final_norm`), and a prefill that wants
 stops after the last layer's keys and values (`cache_only`); the row selection for `logits_at` and
 the head stay in fast/forward.py. `window_mask` builds forward.window_mask's mask in one call
 too: on a draft step of a small model the few torch operations around the layers cost more
-than the layers (BENCHMARKS.md, issue 24).
+than the layers (BENCHMARKS.md, issue 24). For a feature-level head (fast/head.py) the call
+also copies out the residual streams the head reads (`states`), and runs the head's own layer
+(`pair`): an EAGLE-3 layer is a decoder layer whose stream starts as the feature and whose
+q/k/v read [embedding, feature], so it needs no kernel of its own.
 
 It applies on a CPU to float32 and float64 weights and steps of at most 1024 fed tokens in all
 (a decode step, a draft step, a verify, a tree of a batch, most prefills); longer prefills, other
