@@ -45,7 +45,11 @@ ALIASES = {"reference": "reference.speculative", "fast": "fast",
            "fast-head": "fast.head_kit",
            # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
            "transformers": "properties.adapters.transformers",
-           "transformers-lookup": "properties.adapters.transformers:PromptLookup"}
+           "transformers-lookup": "properties.adapters.transformers:PromptLookup",
+           # its other paths (properties/adapters/transformers_paths.py, issue 40)
+           "transformers-early-exit": "properties.adapters.transformers_paths:EarlyExitImpl",
+           "transformers-universal": "properties.adapters.transformers_paths:UniversalImpl",
+           "transformers-ensemble": "properties.adapters.transformers_paths:EnsembleImpl"}
 # --impl=SCHEME:REST -> "module:function" that builds its Impl from the whole spec. A lookup
 # by name, so that this module imports no adapter: the adapters import Impl from here.
 SCHEMES = {"openai": "properties.adapters.served:make_impl"}
@@ -358,6 +362,15 @@ def load(spec: str) -> Impl:
                             f">= 0, got {tolerance!r}")
         impl.logit_tolerance = float(tolerance)
     impl.not_applicable = _not_applicable(spec, getattr(source, "KIT_NOT_APPLICABLE", {}))
+    declared = getattr(source, "KIT_METHOD", None)
+    if declared is not None:
+        # the method an in-process path is (properties.methods.Method): what the verdict reads,
+        # e.g. a mode the engine itself names lossy
+        from properties.methods import Method
+        if not isinstance(declared, Method):
+            raise ImplError(f"--impl={spec}: KIT_METHOD must be a properties.methods.Method, "
+                            f"got {type(declared).__name__}")
+        impl.method = declared
     impl.own_greedy = getattr(source, "target_greedy_generate", None)
     if impl.own_greedy is not None:
         impl.functions["target_greedy_generate"] = impl.own_greedy

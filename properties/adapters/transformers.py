@@ -133,6 +133,14 @@ def _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids, generat
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
                          stop_ids=(), generator=None, *, top_k=0, top_p=1.0):
     """transformers' assisted generation with `draft` as the assistant, k tokens per round."""
+    return assisted(target, draft, prompt_ids, max_new_tokens, k, temperature, stop_ids,
+                    generator, top_k, top_p)
+
+
+def assisted(target, draft, prompt_ids, max_new_tokens, k, temperature, stop_ids, generator,
+             top_k, top_p, **options):
+    """speculative_generate, with `options` added to generate's keywords (the other paths of
+    properties/adapters/transformers_paths.py, e.g. assistant_ensemble_weight)."""
     hf_draft = hf_model(draft, role="draft")
     # A constant k, and no early stop of drafting on low confidence: the kit's perfect-draft
     # property relies on every round proposing k tokens.
@@ -140,7 +148,7 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
     config.assistant_confidence_threshold = 0.0
     tokens, rounds = _generate(target, prompt_ids, max_new_tokens, temperature, stop_ids,
-                               generator, top_k, top_p, assistant_model=hf_draft)
+                               generator, top_k, top_p, assistant_model=hf_draft, **options)
     return tokens, _stats(tokens, rounds)
 
 
