@@ -166,3 +166,12 @@ def test_the_exact_replays_take_the_round_start_from_the_head(name):
             mass *= float(p[token])
             reach.append(mass)
         assert law.reach == pytest.approx(reach, rel=1e-9, abs=1e-15)
+
+
+def test_the_export_command_writes_the_declared_heads(tmp_path):
+    """`python -m properties.serve export DIR` writes every served head a method declares, so
+    the recipes' head command lines (--speculative-config model DIR/head-...) find them."""
+    written = heads.export_declared(tmp_path)
+    assert set(written) == {METHODS[name].drafter.head for name in SERVED}
+    for path in written.values():
+        assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()

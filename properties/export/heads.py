@@ -255,3 +255,15 @@ def export(directory, drafter, models: str = "kit") -> Path:
         raise ValueError(f"the {models} {drafter.kind} head reads the {head.hidden.describe()}, "
                          f"not the {drafter.hidden.describe()} the method declares")
     return write_vllm(head, Path(directory) / drafter.head)
+
+
+def export_declared(directory) -> dict[str, Path]:
+    """Every served head the engines' methods declare (not the trained-only ones), written into
+    `directory`: what `python -m properties.serve export DIR` adds, so that the recipes' head
+    command lines find their folders. head name -> path."""
+    from properties import engines
+    from properties.methods import HeadDraft
+    drafters = {m.drafter.head: m.drafter for name in engines.available()
+                for m in engines.get(name).methods.values()
+                if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}
+    return {head: export(directory, drafter) for head, drafter in sorted(drafters.items())}

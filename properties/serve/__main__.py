@@ -102,6 +102,10 @@ def main(argv=None) -> int:
         described = trained_export.DESCRIPTIONS[args.models] if trained else models.MODELS
         for name, path in paths.items():
             print(f"# {name}: {path}  ({described[name]})")
+        if not trained:   # the served heads the engines' head methods load
+            from properties.export import heads
+            for name, path in heads.export_declared(args.directory).items():
+                print(f"# {name}: {path}  (a feature-level head, in its engine's format)")
         print()
         if trained:
             print(recipes.describe_trained(args.directory, args.models))
