@@ -175,3 +175,23 @@ def test_the_export_command_writes_the_declared_heads(tmp_path):
     assert set(written) == {METHODS[name].drafter.head for name in SERVED}
     for path in written.values():
         assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+def test_the_trained_check_replays_the_trained_head():
+    """properties/serve/trained.py replays a head method's rounds with the float64 trained
+    head (a draft model's replay would be no replay of it): each round's proposals start from
+    the request's prompt and the committed path, as walked here by hand ("full" schedule)."""
+    from properties.serve import trained as check
+    head = heads.trained_head(METHODS["eagle3-trained"].drafter)
+    ref = check.pair(None)
+    prompt = check.prompts(1)[0]
+    tokens = ref.greedy(ref.target, prompt, 12)[0]
+    replayed = check.replay(ref, prompt, tokens, 12, 4, "full", head=head).expected
+    path = tokens + ref.greedy(ref.target, prompt + tuple(tokens), 5)[0]
+    committed, drafted, accepted = 1, 0, 0
+    while committed < 12:
+        proposals = heads.greedy_proposals(head, ref.target, list(prompt) + path[:committed], 4)
+        a = next((i for i, t in enumerate(proposals) if t != path[committed + i]), 4)
+        drafted, accepted, committed = drafted + 4, accepted + a, committed + a + 1
+    assert (replayed.drafted, replayed.accepted) == (drafted, accepted)
+    assert accepted > 0      # the trained head agrees with its target at times

@@ -36,7 +36,9 @@ from properties import acceptance
 from properties.adapters.client import Client, Request, ServedError
 from properties.adapters.served import LOGIT_TOLERANCE
 from properties.checks.served import greedy_divergence
+from properties.export import heads
 from properties.export import trained as export
+from properties.methods import HeadDraft
 
 # held-out prompts of the pair (its heldout.json: 48 tokens each; both pairs share them) and
 # the greedy tokens asked per request
@@ -105,10 +107,12 @@ class Replay:
 
 
 def replay(ref: Pair, prompt, tokens, max_tokens: int, k: int, schedule: str,
-           pieces=()) -> Replay:
+           pieces=(), head=None) -> Replay:
     """The exact rounds of one greedy request whose output was `tokens` (the engine's: where it
     broke a tie the replay follows it), summed over its pieces when the client assembled it
-    from several requests (each from the prompt and the tokens so far)."""
+    from several requests (each from the prompt and the tokens so far). `head`: a float64
+    feature-level head that drafts instead of ref.draft (its rounds start from the target's
+    features of each round's context; draft_ties counts a draft model's near-ties only)."""
     tokens = list(tokens)
     pieces = tuple(pieces) or (len(tokens),)
     drafts = drafted = accepted = calls = ties = 0
@@ -124,6 +128,9 @@ def replay(ref: Pair, prompt, tokens, max_tokens: int, k: int, schedule: str,
 
         def propose(committed, n):
             nonlocal ties
+            if head is not None:
+                return heads.greedy_proposals(head, ref.target, start + tuple(path[:committed]),
+                                              n)
             out, gaps = ref.greedy(ref.draft, start + tuple(path[:committed]), n)
             ties += sum(g <= LOGIT_TOLERANCE for g in gaps)
             return out
@@ -157,7 +164,10 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
     base = (Client(base_url, dialect=engine.dialect_for(None), timeout=600, concurrency=1)
             if base_url else None)
     draft = export.draft_of(method)
-    replayed = draft is not None and engine.schedule is not None
+    # a trained head drafts from the target's own features: its rounds are replayed with it
+    head = (heads.trained_head(method.drafter, models)
+            if isinstance(method.drafter, HeadDraft) else None)
+    replayed = (draft is not None or head is not None) and engine.schedule is not None
     ref = pair(draft, models)
     tol = LOGIT_TOLERANCE
     requests, failures = [], []
@@ -198,7 +208,8 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
                                 f"{j}, which is no tie (served {a}, baseline {b})")
         # (b) the engine's counts against the exact replay of the same request's rounds
         if replayed and bad is None and len(tokens) <= max_tokens:
-            r = replay(ref, prompt, tokens, max_tokens, method.k, engine.schedule, served.pieces)
+            r = replay(ref, prompt, tokens, max_tokens, method.k, engine.schedule, served.pieces,
+                       head)
             e = r.expected
             entry.update(exact_drafted=e.drafted, exact_accepted=e.accepted,
                          exact_rounds=e.drafts, target_calls=r.target_calls,
@@ -218,7 +229,8 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
             + (f"; exact {entry['exact_drafted']} / {entry['exact_accepted']}"
                if "exact_drafted" in entry else ""))
     return {"requests": requests, "failures": failures, "max_tokens": max_tokens,
-            "k": method.k, "schedule": engine.schedule, "draft": draft,
+            "k": method.k, "schedule": engine.schedule,
+            "draft": draft if head is None else method.drafter.head,
             "replayed": replayed, "tolerance": tol, **totals(requests, replayed)}
 
 
