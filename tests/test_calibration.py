@@ -228,6 +228,7 @@ def test_deviating_batched_rows_sample_the_reweighted_law_independently():
     assert passthrough(_Target(), None, [[1]], 3) == "as is" and calls == [([[1]], 3)]
 
 
+@pytest.mark.extra   # 2,000 requests' worth of float64 forwards: make test-extra
 def test_deviating_server_samples_the_reweighted_law_and_keeps_seeds():
     """The deviating fake server's completions have the law P w of the served target's exact
     law P (chi-square on 2,000 completions; against P it fails), and a seed still fixes the
@@ -249,6 +250,7 @@ def test_deviating_server_samples_the_reweighted_law_and_keeps_seeds():
         deviate.DeviatingServer(0.0)
 
 
+@pytest.mark.extra   # 2,000 requests' worth of float64 forwards: make test-extra
 def test_deviating_server_moves_the_law_under_penalties_too():
     """The same under a repetition penalty and a logit bias (the served_params family's laws,
     several rounds long): the completions have the law P w of the exact law under the fake's
