@@ -253,6 +253,7 @@ def test_block_accept_follows_the_exact_law_and_token_wise_does_not():
         assert statistics.chi_square_gof(counts(wrong, 3), alt).passed
 
 
+@pytest.mark.extra   # 5,742 generations per rule (about a minute each): make test-extra
 @pytest.mark.parametrize("rule", ["token-wise", "block"])
 def test_the_engines_rounds_follow_their_rules_exact_law(rule, monkeypatch):
     """End to end, probabilistic drafting (proposals drawn from the draft's processed q) in
@@ -350,7 +351,9 @@ SEQUENCE_CASES = [
     # (table target, draft, prompt, k, temperature, top_k): block acceptance exercised (the
     # noisy draft agrees often, so rounds accept 1 and 2 of 2; the random one rarely)
     (TableSpec(vocab=4, seed=3, scale=1.5), "noisy", (1, 2), 2, 1.0, 0),
-    (TableSpec(vocab=5, seed=8, scale=1.0), "random", (4,), 3, 0.8, 3),
+    # the second case costs about twice the first: make test-extra
+    pytest.param(TableSpec(vocab=5, seed=8, scale=1.0), "random", (4,), 3, 0.8, 3,
+                 marks=pytest.mark.extra),
 ]
 
 
