@@ -45,7 +45,8 @@ The parts (each package's docstring, or its files', says more):
                  the known failures matched), verdict.py (the verdict, decided in one place),
                  known.py (the one known-failures format, ``--known-failures=FILE``)
     models/      the kit's float64 models: trace (instrumentation), tables, specs, the
-                 wrappers engines are handed, and the fixed served models with their tokenizer
+                 wrappers engines are handed, the fixed served models with their tokenizer,
+                 and the served heads of the head methods (heads.py)
     checks/      one module per family; served.py holds the served families' checks, and
                  served_batch.py, served_params.py, served_acceptance.py their own families
     test_*.py    the families as pytest tests, one module each (served ones: test_served_*.py)

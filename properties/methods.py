@@ -212,10 +212,10 @@ class HeadDraft:
     default for the head), declared in the engine's file. Its proposals are a function of the
     target's hidden states and of where the round started (a chained head's verified features
     end there), not of a model's next logits alone: the drafter answers the exact replays
-    itself (`greedy_round`, `round_logits`, from the served head properties/export/heads.py
-    writes). `replays` is True only where the engine's own counters were measured equal to
-    that replay (its file says with what numbers); otherwise neither the greedy counters nor
-    the acceptance law are replayed."""
+    itself (`greedy_round`, `round_logits`, from the served head of properties/models/heads.py,
+    which properties/export/heads.py writes for the engine). `replays` is True only where the
+    engine's own counters were measured equal to that replay (its file says with what numbers);
+    otherwise neither the greedy counters nor the acceptance law are replayed."""
 
     kind: str                 # "eagle", "eagle3", "medusa", "mtp"
     head: str                 # the export name of the head (the folder an engine loads it from)
@@ -247,13 +247,13 @@ class HeadDraft:
     def greedy_round(self, context, n: int) -> tuple:
         """The served head's argmax proposals (at most n) in a round whose newest token is
         context[-1]: what properties/acceptance.py replays greedy rounds with."""
-        from properties.export import heads
+        from properties.models import heads
         return heads.round_proposals(self, tuple(int(t) for t in context), n)
 
     def round_logits(self, context, prefix):
         """The served head's logits [V] for the proposal after `prefix` in a round whose newest
         token is context[-1]: what properties/acceptance_sampled.py walks a round's tree with."""
-        from properties.export import heads
+        from properties.models import heads
         return heads.round_logits(self, context, prefix)
 
     def proposes(self, prompt, tokens) -> bool:

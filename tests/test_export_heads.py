@@ -12,6 +12,7 @@ import reference.speculative as speculative
 from fast.testing import one_thread
 from properties.engines.vllm import METHODS
 from properties.export import heads
+from properties.models import heads as served_heads
 from properties.methods import HeadDraft
 from properties.models import served
 from reference.checkpoint import _safetensors
@@ -48,7 +49,7 @@ def test_the_folder_read_back_drafts_as_the_reference_proposer(exported, name, m
     back from vLLM's folder proposes what the reference proposer proposed (greedy_proposals
     is the kit's account of a round, which the engine's counters are compared with)."""
     target = served.build("target")
-    head = heads.served_head(METHODS[name].drafter)
+    head = served_heads.served_head(METHODS[name].drafter)
     back = heads.load_vllm(exported[name], target)
     assert back.hidden == head.hidden == METHODS[name].drafter.hidden
     log = []
@@ -69,7 +70,7 @@ def test_the_folder_read_back_drafts_as_the_reference_proposer(exported, name, m
     rounds = [(c, p) for c, p in log if p]
     assert len(rounds) >= 2 * len(PROMPTS)
     for context, proposals in rounds:
-        assert heads.greedy_proposals(back, target, context, len(proposals)) == tuple(proposals)
+        assert served_heads.greedy_proposals(back, target, context, len(proposals)) == tuple(proposals)
     # a head that drafts from the context, not one token whatever it reads
     assert len({tuple(p) for _, p in rounds}) > len(PROMPTS)
 
@@ -88,7 +89,7 @@ def test_the_config_holds_what_vllms_loaders_read(exported):
                        served.build("target").model.embed_tokens.weight)
     medusa = json.loads((exported["medusa"] / "config.json").read_text())
     assert medusa["model_type"] == "medusa" and medusa["medusa_fc_bias"] is True
-    assert medusa["num_heads"] == heads.MEDUSA_HEADS == METHODS["medusa"].k
+    assert medusa["num_heads"] == served_heads.MEDUSA_HEADS == METHODS["medusa"].k
     state = _safetensors().load_file(str(exported["medusa"] / "model.safetensors"))
     assert "blocks.3.layers.0.bias" in state and "lm_heads.3.weight" in state
     assert all(t.dtype == torch.float32 for t in state.values())
@@ -106,8 +107,8 @@ def test_a_draft_vocabulary_is_stored_as_vllms_offsets(tmp_path):
     back = heads.load_vllm(path, target)
     head32 = head.to(torch.float32).to(torch.float64)   # what the float32 file holds
     for context in ([1, 2, 3, 4, 5, 6], [40, 40, 7, 40, 40]):
-        proposals = heads.greedy_proposals(back, target, context, 3)
-        assert proposals == heads.greedy_proposals(head32, target, context, 3)
+        proposals = served_heads.greedy_proposals(back, target, context, 3)
+        assert proposals == served_heads.greedy_proposals(head32, target, context, 3)
         assert set(proposals) <= set(draft_vocab)
 
 
@@ -127,9 +128,9 @@ def test_bad_input_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="un-normed inputs of target layers"):
         heads.write_vllm(normed, tmp_path / "normed")
     with pytest.raises(ValueError, match="no served head of kind 'mtp'"):
-        heads.served_head(HeadDraft("mtp", "head-mtp"))
+        served_heads.served_head(HeadDraft("mtp", "head-mtp"))
     with pytest.raises(ValueError, match="k must be an int >= 0"):
-        heads.greedy_proposals(heads.served_head(METHODS["eagle3"].drafter),
+        served_heads.greedy_proposals(served_heads.served_head(METHODS["eagle3"].drafter),
                                served.build("target"), [1, 2], -1)
     with pytest.raises(ValueError, match="trained eagle3 head reads the input of layers 1, 3, 5, "
                                          "not the input of layers 0, 1, 2"):
@@ -190,7 +191,7 @@ def test_the_trained_check_replays_the_trained_head():
     path = tokens + ref.greedy(ref.target, prompt + tuple(tokens), 5)[0]
     committed, drafted, accepted = 1, 0, 0
     while committed < 12:
-        proposals = heads.greedy_proposals(head, ref.target, list(prompt) + path[:committed], 4)
+        proposals = served_heads.greedy_proposals(head, ref.target, list(prompt) + path[:committed], 4)
         a = next((i for i, t in enumerate(proposals) if t != path[committed + i]), 4)
         drafted, accepted, committed = drafted + 4, accepted + a, committed + a + 1
     assert (replayed.drafted, replayed.accepted) == (drafted, accepted)

@@ -25,7 +25,8 @@ holding a prefix of the committed sequence (see ``properties.invariants``).
 
 The parts: ``trace`` (instrumentation), ``tables`` (table LMs), ``specs`` (what a model is,
 and the modules built from it), ``kit`` (the wrappers engines are handed), ``served`` (the fixed
-models served engines load, and their ``tokenizer``).
+models served engines load, and their ``tokenizer``), ``heads`` (the served heads of the
+engines' head methods, and the rounds they draft).
 """
 
 from properties.models.trace import (CacheViolation, Event, TableCache, Trace,  # noqa: F401

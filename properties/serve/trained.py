@@ -37,6 +37,7 @@ from properties.adapters.client import Client, Request, ServedError
 from properties.adapters.served import LOGIT_TOLERANCE
 from properties.checks.served import greedy_divergence
 from properties.export import heads
+from properties.models import heads as head_rounds
 from properties.export import trained as export
 from properties.methods import HeadDraft
 
@@ -129,7 +130,7 @@ def replay(ref: Pair, prompt, tokens, max_tokens: int, k: int, schedule: str,
         def propose(committed, n):
             nonlocal ties
             if head is not None:
-                return heads.greedy_proposals(head, ref.target, start + tuple(path[:committed]),
+                return head_rounds.greedy_proposals(head, ref.target, start + tuple(path[:committed]),
                                               n)
             out, gaps = ref.greedy(ref.draft, start + tuple(path[:committed]), n)
             ties += sum(g <= LOGIT_TOLERANCE for g in gaps)
