@@ -140,7 +140,9 @@ def round_laws(contexts, drafted: int, draft: str, sampling: SamplingParams,
         p = _law(target, sampling)
         level = len(walked)
         walked.append(level)
-        if hasattr(name, "round_logits"):   # a head: its laws depend on where the round started
+        # a drafter that computes its own rounds: a head (its laws depend on where the round
+        # started), a script
+        if hasattr(name, "round_logits"):
             q_logits = torch.stack([name.round_logits(s[:len(s) - level], s[len(s) - level:])
                                     for s in seqs])
         else:

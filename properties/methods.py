@@ -173,12 +173,13 @@ class Scripted:
     """Drafts the kit scripts from the served target (properties/scripted.py: right, wrong,
     right-then-wrong), handed to an engine that takes caller-supplied drafts (vLLM's
     custom_class proposer): a next-token function of the sequence like a draft model's, so
-    greedy counters and the acceptance law are replayed exactly (its `model` is the script's
-    name, which the oracle answers with one-hot logits)."""
+    greedy counters and the acceptance law are replayed exactly: the drafter answers the
+    replays itself (`greedy_round`, `round_logits`: one-hot logits at the scripted token)."""
 
     script: str
 
     replays = True
+    model = None              # no served model: the script is computed from the target
     lookup = False
     perfect = False
     trained_only = False
@@ -186,12 +187,19 @@ class Scripted:
 
     def __post_init__(self):
         from properties import scripted
-        scripted.name_of(self.script)      # a ValueError naming the scripts
+        if self.script not in scripted.SCRIPTS:
+            raise ValueError(f"Scripted: script={self.script!r}, choose from {scripted.SCRIPTS}")
 
-    @property
-    def model(self) -> str:
+    def greedy_round(self, context, n: int) -> tuple:
+        """The script's n proposals after `context` (properties/acceptance.py's replay)."""
         from properties import scripted
-        return scripted.name_of(self.script)
+        return tuple(scripted.propose(self.script, context, n))
+
+    def round_logits(self, context, prefix):
+        """The script's one-hot logits [V] after context + prefix (a script is a function of
+        the whole sequence: where the round started does not matter)."""
+        from properties import scripted
+        return scripted.next_logits([tuple(context) + tuple(prefix)], self.script)[0]
 
     def proposes(self, prompt, tokens) -> bool:
         """A script proposes in every round, as a draft model does."""
@@ -272,8 +280,8 @@ class HeadDraft:
 
 def exact_draft(drafter):
     """What the exact replays (properties/acceptance.py, acceptance_sampled.py) take as the
-    draft: a draft model's name, or a head itself (it computes its own rounds)."""
-    return drafter if isinstance(drafter, HeadDraft) else drafter.model
+    draft: a draft model's name, or a head or a script itself (it computes its own rounds)."""
+    return drafter if isinstance(drafter, (HeadDraft, Scripted)) else drafter.model
 
 
 # the heads' kinds, and their names in the papers

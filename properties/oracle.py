@@ -29,7 +29,6 @@ from functools import lru_cache
 
 import torch
 
-from properties import scripted
 from properties.models import build_target
 from properties.models import served as served_models
 from reference.penalties import OPENAI
@@ -106,10 +105,7 @@ def _kit_next_logits(spec):
 
 def served_next_logits(seqs, name: str = SERVED_TARGET) -> torch.Tensor:
     """[B, V]: served model `name`'s logits for the token after each non-empty seqs[b] (one
-    forward per length). A script's name ("script:right", properties.scripted): its one-hot
-    logits."""
-    if isinstance(name, str) and name.startswith(scripted.PREFIX):
-        return scripted.next_logits([tuple(s) for s in seqs], name)
+    forward per length)."""
     return served_models.next_logits(seqs, name)
 
 

@@ -2,8 +2,8 @@
 that takes caller-supplied drafts (vLLM's `custom_class` proposer) is driven through every
 accept/reject branch of its verifier on purpose, not by chance.
 
-A script is a next-token function of the whole sequence, so it is a draft "model" like any
-other (the oracle replays it: properties.oracle.served_next_logits(seqs, "script:NAME")):
+A script is a next-token function of the whole sequence, so it is replayed as a draft model
+is (its drafter, properties.methods.Scripted, answers the exact replays with `next_logits`):
 
     right              the target's greedy token (its float64 argmax, lowest index on a tie):
                        every proposal of a greedy request is accepted
@@ -36,27 +36,9 @@ import torch
 
 from properties.models import served as served_models
 
-PREFIX = "script:"
 SCRIPTS = ("right", "wrong", "right-then-wrong")
 WRONG_ONE_IN = 3    # right-then-wrong: about one proposal in 3 wrong, so j = 0 .. 4 all happen
 NEG = -1.0e4        # exp(NEG) is 0 in float64: the scripted token has probability 1
-
-
-def name_of(script: str) -> str:
-    """The served "model" name of a script (a drafter's `model`)."""
-    if script not in SCRIPTS:
-        raise ValueError(f"script={script!r}: choose from {SCRIPTS}")
-    return PREFIX + script
-
-
-def script_of(name: str) -> str | None:
-    """The script a model name holds, None for a model that is no script."""
-    if not isinstance(name, str) or not name.startswith(PREFIX):
-        return None
-    script = name[len(PREFIX):]
-    if script not in SCRIPTS:
-        raise ValueError(f"model {name!r}: no script {script!r}; choose from {SCRIPTS}")
-    return script
 
 
 def _target_logits(seqs) -> torch.Tensor:
@@ -85,11 +67,8 @@ def wrong_after(seq) -> bool:
     return zlib.crc32(np.asarray(seq, dtype=np.int32).tobytes()) % WRONG_ONE_IN == 0
 
 
-def next_logits(seqs, name: str) -> torch.Tensor:
+def next_logits(seqs, script: str) -> torch.Tensor:
     """[B, V] float64: 0 at the scripted token after each sequence, NEG elsewhere."""
-    script = script_of(name)
-    if script is None:
-        raise ValueError(f"model {name!r} is no script ({PREFIX}{'|'.join(SCRIPTS)})")
     chosen = tokens(script, seqs)
     from properties.models.served import VOCAB
     out = torch.full((len(chosen), VOCAB), NEG, dtype=torch.float64)

@@ -64,9 +64,9 @@ def test_scripted_methods_put_the_repository_on_pythonpath():
 def test_scripted_drafter_is_checked():
     with pytest.raises(ValueError, match="choose from"):
         Scripted("sometimes")
-    with pytest.raises(ValueError, match="no script"):
-        scripted.script_of("script:sometimes")
-    assert scripted.script_of("draft-early-exit") is None
+    with pytest.raises(ValueError, match="choose from"):
+        scripted.next_logits([PROMPT], "sometimes")
+    assert Scripted("wrong").model is None     # no served model: the drafter replays itself
     Method("m", "scripted", Scripted("wrong"), 4, lossy=None)
 
 
@@ -112,7 +112,8 @@ def test_every_j_happens_in_the_rounds_of_one_greedy_request():
 
 
 def test_scripts_are_one_hot_next_logits_for_the_oracle():
-    logits = oracle.served_next_logits([PROMPT], "script:wrong")
+    logits = scripted.next_logits([PROMPT], "wrong")
+    assert torch.equal(Scripted("wrong").round_logits(PROMPT[:-1], PROMPT[-1:]), logits[0])
     assert logits.shape == (1, 32) and logits.dtype == torch.float64
     assert int(torch.argmax(logits[0])) == scripted.propose("wrong", PROMPT, 1)[0]
     assert torch.softmax(logits[0], -1).max() == 1.0
@@ -121,7 +122,7 @@ def test_scripts_are_one_hot_next_logits_for_the_oracle():
 @pytest.mark.parametrize("script,accepted", [("right", 4), ("wrong", 0)])
 def test_the_greedy_replay_predicts_every_branch(script, accepted):
     # schedule "full": after the prefill token, each round drafts k = 4
-    e = acceptance.greedy(PROMPT, 11, scripted.name_of(script), 4, "full")
+    e = acceptance.greedy(PROMPT, 11, Scripted(script), 4, "full")
     if accepted == 4:
         assert e.accepted == e.drafted and e.drafted > 0
     else:
