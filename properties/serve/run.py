@@ -432,10 +432,10 @@ def markdown(runs) -> str:
             continue
         cells = [cell(r, f)[1] for f in served]
         sp = r.get("speed") or {}
+        speed = f"{sp['speedup']:.2f}x" if "speedup" in sp else "not measured"
         lines.append(f"| {r['engine']} | {r.get('version', '?')} | {r['method']} | {path(r)} | "
                      f"{r.get('date', '')} | " + " | ".join(cells) +
-                     f" | {shown(r)} | {acceptance(r)} | "
-                     f"{sp.get('speedup', float('nan')):.2f}x | {r.get('verdict_text', '')} |")
+                     f" | {shown(r)} | {acceptance(r)} | {speed} | {r.get('verdict_text', '')} |")
     if trained:
         # the pair column: the same engine and method give other figures on the other pair
         title = ("The trained pairs (`--models trained`: the committed pair; `--models "
