@@ -12,25 +12,16 @@ import sys
 
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformers_tiny import char_tokenizer, qwen3  # noqa: E402
 
 VOCAB = 13
 
 
-def char_tokenizer(letters):
-    # one character a token, no merges: every text has one tokenization
-    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(letters)}, merges=[]))
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend)
-
-
 def model(vocab, seed):
-    torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=8, tie_word_embeddings=False)
-    m = Qwen3ForCausalLM(config).eval()
+    m = qwen3(vocab, seed, layers=2)
     m.generation_config.num_assistant_tokens = 4
     m.generation_config.num_assistant_tokens_schedule = "constant"
     m.generation_config.assistant_confidence_threshold = 0.0

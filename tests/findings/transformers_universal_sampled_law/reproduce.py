@@ -15,26 +15,17 @@ import sys
 
 import torch
 import transformers
-from tokenizers import Tokenizer, decoders, models
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformers_tiny import char_tokenizer, qwen3  # noqa: E402
 from transformers.generation.candidate_generator import AssistantToTargetTranslator
 
 VOCAB, N = 4, 1000
 
 
-def char_tokenizer(letters):
-    # one character a token, no merges: every text has one tokenization
-    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(letters)}, merges=[]))
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend)
-
-
 def model(vocab, seed):
-    torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=8, tie_word_embeddings=False)
-    m = Qwen3ForCausalLM(config).eval()
+    m = qwen3(vocab, seed, layers=1)
     with torch.no_grad():   # peaked distributions, so that a wrong q shows
         m.lm_head.weight.mul_(20)
     return m
