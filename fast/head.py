@@ -70,6 +70,9 @@ def head_weights(head) -> HeadWeights:
     memory again, and on 4 KB pages that is a TLB miss every 4 KB."""
     layer, attn = head.midlayer, head.midlayer.self_attn
     c = head.config
+    if not getattr(head, "qk_norm", True):
+        raise ValueError("head_weights: the fast engine's fused layer normalizes q and k (a Qwen3 "
+                         "layer); this head has a Llama layer (qk_norm=False)")
     with torch.no_grad():
         qkv, o, gate_up, down, lm_head, fc = _matrices([
             [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], [attn.o_proj.weight],

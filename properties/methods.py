@@ -230,6 +230,9 @@ class HeadDraft:
     hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
     trained_only: bool = False   # only a trained target has a trained head
     replays: bool = False     # the kit replays the engine's rounds with this head exactly
+    # EAGLE-3's decoder layer: Qwen3's (per-head q/k norm, vLLM's Eagle3Qwen3ForCausalLM) or,
+    # False, a Llama layer (EAGLE-3's own LlamaForCausalLMEagle3, all llama.cpp computes)
+    qk_norm: bool = True
 
     model = None              # no stand-alone draft model: the head needs the target's states
     lookup = False
@@ -246,6 +249,9 @@ class HeadDraft:
                              f"reference.hidden.HiddenStates or None (the engine's default)")
         if not isinstance(self.replays, bool):
             raise ValueError(f"HeadDraft: replays={self.replays!r}, must be a bool")
+        if not isinstance(self.qk_norm, bool) or (not self.qk_norm and self.kind != "eagle3"):
+            raise ValueError(f"HeadDraft: qk_norm={self.qk_norm!r}, must be a bool, and False "
+                             f"only for an eagle3 head (kind {self.kind!r})")
 
     @property
     def export(self) -> str:

@@ -1,7 +1,9 @@
-"""properties/export/heads.py: the heads of vLLM's head methods written in vLLM's format. The
-folder read back (config.json + model.safetensors, pure torch) is the reference head, and it
-drafts what the reference proposer drafts in whole speculative runs on the served target; the
-config says what vLLM's loader reads (architectures, aux layer ids, Medusa's bias flag)."""
+"""properties/export/heads.py: the heads of the engines' head methods (vLLM's EAGLE-3 and
+Medusa, llama.cpp's EAGLE-3 with a Llama layer) written in the Hugging Face layout vLLM loads
+and llama.cpp's converter reads. The folder read back (config.json + model.safetensors, pure
+torch) is the reference head, and it drafts what the reference proposer drafts in whole
+speculative runs on the served target; the config says what the loaders read (architectures,
+aux layer ids, draft_vocab_size, Medusa's bias flag)."""
 
 import json
 
@@ -10,6 +12,7 @@ import torch
 
 import reference.speculative as speculative
 from fast.testing import one_thread
+from properties.engines import llamacpp
 from properties.engines.vllm import METHODS
 from properties.export import heads
 from properties.models import heads as served_heads
@@ -21,9 +24,12 @@ from reference.heads.random import random_head
 from reference.hidden import HiddenStates
 from tests.heads_by_hand import small_target
 
-# the served head methods (the trained head has its own test below)
-SERVED = [name for name, m in METHODS.items()
-          if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only]
+# the served head methods of each engine, "engine:method" (the trained head has its own test)
+HEAD_METHODS = {f"{engine}:{name}": m
+                for engine, methods in (("vllm", METHODS), ("llamacpp", llamacpp.METHODS))
+                for name, m in methods.items()
+                if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}
+SERVED = sorted(HEAD_METHODS)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 9], [0] * 10, [31, 30, 2, 2, 17, 4, 4, 9]]
 
 
@@ -36,11 +42,11 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("heads")
-    return {name: heads.export(root, METHODS[name].drafter) for name in SERVED}
+    return {name: heads.export(root, HEAD_METHODS[name].drafter) for name in SERVED}
 
 
-def test_vllm_declares_head_methods():
-    assert {"eagle3", "medusa"} <= set(SERVED)
+def test_the_engines_declare_head_methods():
+    assert {"vllm:eagle3", "vllm:medusa", "llamacpp:eagle3"} <= set(SERVED)
 
 
 @pytest.mark.parametrize("name", SERVED)
@@ -49,9 +55,10 @@ def test_the_folder_read_back_drafts_as_the_reference_proposer(exported, name, m
     back from vLLM's folder proposes what the reference proposer proposed (greedy_proposals
     is the kit's account of a round, which the engine's counters are compared with)."""
     target = served.build("target")
-    head = served_heads.served_head(METHODS[name].drafter)
+    head = served_heads.served_head(HEAD_METHODS[name].drafter)
     back = heads.load_vllm(exported[name], target)
-    assert back.hidden == head.hidden == METHODS[name].drafter.hidden
+    assert back.hidden == head.hidden == HEAD_METHODS[name].drafter.hidden
+    assert getattr(back, "qk_norm", True) == HEAD_METHODS[name].drafter.qk_norm
     log = []
 
     def recording(*args):
@@ -75,22 +82,30 @@ def test_the_folder_read_back_drafts_as_the_reference_proposer(exported, name, m
     assert len({tuple(p) for _, p in rounds}) > len(PROMPTS)
 
 
-def test_the_config_holds_what_vllms_loaders_read(exported):
-    eagle3 = json.loads((exported["eagle3"] / "config.json").read_text())
+def test_the_config_holds_what_the_loaders_read(exported):
+    eagle3 = json.loads((exported["vllm:eagle3"] / "config.json").read_text())
     assert eagle3["architectures"] == ["Eagle3Qwen3ForCausalLM"]
     assert eagle3["num_hidden_layers"] == 1 and eagle3["tie_word_embeddings"] is False
     assert eagle3["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
     assert eagle3["target_hidden_size"] == served.TARGET_CONFIG.hidden_size
-    state = _safetensors().load_file(str(exported["eagle3"] / "model.safetensors"))
+    state = _safetensors().load_file(str(exported["vllm:eagle3"] / "model.safetensors"))
     H = served.TARGET_CONFIG.hidden_size
     assert state["fc.weight"].shape == (H, 3 * H)
     assert state["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * H   # [embedding, hidden]
     assert torch.equal(state["embed_tokens.weight"].double(),
                        served.build("target").model.embed_tokens.weight)
-    medusa = json.loads((exported["medusa"] / "config.json").read_text())
+    # llama.cpp's converter takes a head for EAGLE-3 by draft_vocab_size and one layer, and
+    # computes a Llama layer: no q/k norm weights may be in the folder
+    llama = json.loads((exported["llamacpp:eagle3"] / "config.json").read_text())
+    assert llama["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert llama["draft_vocab_size"] == llama["vocab_size"] and llama["num_hidden_layers"] == 1
+    assert llama["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    state = _safetensors().load_file(str(exported["llamacpp:eagle3"] / "model.safetensors"))
+    assert not [n for n in state if "q_norm" in n or "k_norm" in n] and "fc.weight" in state
+    medusa = json.loads((exported["vllm:medusa"] / "config.json").read_text())
     assert medusa["model_type"] == "medusa" and medusa["medusa_fc_bias"] is True
     assert medusa["num_heads"] == served_heads.MEDUSA_HEADS == METHODS["medusa"].k
-    state = _safetensors().load_file(str(exported["medusa"] / "model.safetensors"))
+    state = _safetensors().load_file(str(exported["vllm:medusa"] / "model.safetensors"))
     assert "blocks.3.layers.0.bias" in state and "lm_heads.3.weight" in state
     assert all(t.dtype == torch.float32 for t in state.values())
 
@@ -145,7 +160,7 @@ def test_the_exact_replays_take_the_round_start_from_the_head(name):
     the features ending at the round's start), as computed here by hand."""
     from properties import acceptance, acceptance_sampled, methods, oracle
     from reference.sampling import SamplingParams
-    drafter = METHODS[name].drafter
+    drafter = HEAD_METHODS[name].drafter
     assert methods.exact_draft(drafter) is drafter
     assert methods.exact_draft(METHODS["draft-early-exit"].drafter) == "draft-early-exit"
     sampling = SamplingParams(temperature=1.0)
@@ -173,7 +188,7 @@ def test_the_export_command_writes_the_declared_heads(tmp_path):
     """`python -m properties.serve export DIR` writes every served head a method declares, so
     the recipes' head command lines (--speculative-config model DIR/head-...) find them."""
     written = heads.export_declared(tmp_path)
-    assert set(written) == {METHODS[name].drafter.head for name in SERVED}
+    assert set(written) == {HEAD_METHODS[name].drafter.head for name in SERVED}
     for path in written.values():
         assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
 

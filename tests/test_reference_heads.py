@@ -24,6 +24,7 @@ HEADS = {
     "eagle-normed": dict(kind="eagle", hidden=HiddenStates((3,), normed=True)),
     "eagle3": dict(kind="eagle3"),
     "eagle3-d2t": dict(kind="eagle3", draft_vocab=list(range(63, 0, -2)) + [2, 4]),
+    "eagle3-llama": dict(kind="eagle3", qk_norm=False),
     "medusa": dict(kind="medusa", num_heads=3),
     "mtp": dict(kind="mtp"),
     "mtp-mimo": dict(kind="mtp", order="hidden-first", recycle="normed",
@@ -215,3 +216,50 @@ def test_tree_generate_refuses_a_head(target, heads):
     from reference.speculative import tree_generate
     with pytest.raises(ValueError, match="tree_generate needs a model draft .* got a MedusaHeads"):
         tree_generate(target, heads["medusa"][1], [1, 2], 4)
+
+
+def test_a_llama_layer_attends_without_a_q_k_norm(target):
+    """EAGLE-3 with qk_norm=False (llama.cpp's eagle3 layer): softmax(rope(x Wq) rope(x Wk)^T /
+    sqrt(D) + causal) (x Wv) Wo, computed here by hand, with no norm weights in the head; the
+    same weights with Qwen3's per-head norm compute something else (the option takes effect)."""
+    head = random_head("eagle3", target, seed=21, qk_norm=False)
+    assert not [n for n, _ in head.named_parameters() if "q_norm" in n or "k_norm" in n]
+    attn, c = head.midlayer.self_attn, head.config
+    T, D, heads, kv = 7, c.head_dim, c.num_attention_heads, c.num_key_value_heads
+    x = torch.randn(1, T, 2 * c.hidden_size, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(0))
+    got = by_hand._run(lambda x, cache, p, m: attn(x, cache, p, m), x, c, x.dtype)[0]
+
+    def rope(v):           # [T, D] per head: pairs (i, i + D/2) turned by position * theta^(-2i/D)
+        half = D // 2
+        angle = torch.arange(T, dtype=torch.float64)[:, None] * c.rope_theta ** (
+            -torch.arange(half, dtype=torch.float64) * 2 / D)
+        a, b = v[:, :half], v[:, half:]
+        return torch.cat([a * angle.cos() - b * angle.sin(), b * angle.cos() + a * angle.sin()], -1)
+    q = (x[0] @ attn.q_proj.weight.T).view(T, heads, D)
+    k = (x[0] @ attn.k_proj.weight.T).view(T, kv, D)
+    v = (x[0] @ attn.v_proj.weight.T).view(T, kv, D)
+    out = []
+    for i in range(heads):
+        j = i // (heads // kv)
+        scores = rope(q[:, i]) @ rope(k[:, j]).T / D ** 0.5
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        out.append(scores.softmax(-1) @ v[:, j])
+    want = torch.cat(out, -1) @ attn.o_proj.weight.T
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+    qwen = random_head("eagle3", target, seed=21)
+    qwen.load_state_dict(head.state_dict(), strict=False)   # the same weights, norms of 1
+    other = by_hand._run(lambda x, cache, p, m: qwen.midlayer.self_attn(x, cache, p, m), x, c,
+                         x.dtype)[0]
+    assert not torch.allclose(other, got, atol=1e-3)
+
+
+def test_a_llama_layer_head_survives_its_checkpoint(target, tmp_path):
+    from reference.heads.checkpoint import load_head, save_head
+    head = random_head("eagle3", target, seed=22, qk_norm=False)
+    back = load_head(save_head(head, tmp_path / "llama"), target)
+    assert back.qk_norm is False
+    seq = [5, 6, 7, 8, 9]
+    h = head.start(by_hand.target_features(target, seq, head.hidden)[None])
+    seq = torch.tensor([seq])
+    assert torch.equal(head(seq, h, head.new_cache(8))[0], back(seq, h, back.new_cache(8))[0])

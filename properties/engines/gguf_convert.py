@@ -1,8 +1,10 @@
 """Convert one exported checkpoint to GGUF (float32) with llama.cpp's vendored converter.
 
-``python gguf_convert.py LLAMA_CPP_SOURCE MODEL_DIR OUTFILE``, run with a Python that has
-torch, numpy, safetensors and transformers (the project's .venv). Two things about the kit's
-tokenizer need saying to the converter, and this driver says them without editing its files:
+``python gguf_convert.py LLAMA_CPP_SOURCE MODEL_DIR OUTFILE [TARGET_DIR]``, run with a Python
+that has torch, numpy, safetensors and transformers (the project's .venv). TARGET_DIR is a
+head's target (the converter's --target-model-dir: an EAGLE-3 head takes its tokenizer and
+depth from there). Three things about the kit's tokenizer need saying to the converter, and
+this driver says them without editing its files:
 
 * its pre-tokenizer is recognised by a hash of how a tokenizer splits a test text; the kit's
   one-character tokenizer matches no known hash ("BPE pre-tokenizer was not recognized"), so
@@ -24,10 +26,12 @@ MERGE = "a b"
 
 
 def main(argv) -> int:
-    if len(argv) != 3:
-        print("usage: gguf_convert.py LLAMA_CPP_SOURCE MODEL_DIR OUTFILE", file=sys.stderr)
+    if len(argv) not in (3, 4):
+        print("usage: gguf_convert.py LLAMA_CPP_SOURCE MODEL_DIR OUTFILE [TARGET_DIR]",
+              file=sys.stderr)
         return 2
-    source, model_dir, outfile = (Path(a) for a in argv)
+    source, model_dir, outfile = (Path(a) for a in argv[:3])
+    target = ["--target-model-dir", argv[3]] if len(argv) == 4 else []
     # run as a script, this folder is sys.path[0], and its engine modules (transformers.py,
     # vllm.py) would shadow the libraries of those names
     here = Path(__file__).resolve().parent
@@ -55,7 +59,7 @@ def main(argv) -> int:
 
     gguf.SpecialVocab.add_to_gguf = add_to_gguf
     sys.argv = ["convert_hf_to_gguf.py", str(model_dir), "--outtype", "f32", "--outfile",
-                str(outfile)]
+                str(outfile)] + target
     import runpy
     runpy.run_path(str(source / "convert_hf_to_gguf.py"), run_name="__main__")
     return 0

@@ -12,9 +12,11 @@ Every `--spec-type` of the built version that runs on the kit's models here is a
 (issue 40): draft-simple (the draft models), ngram-simple (`ngram`), the other n-gram drafters
 (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: what each proposes and keeps is written
 beside its drafter below, from the vendored source) and synthetic acceptance
-(`--spec-synth-rates`), which the engine names "benchmarking only" and lossy. draft-eagle3,
-draft-mtp, draft-dflash and draft-dspark need a head in GGUF (CONFORMANCE.md, "llama.cpp's
-other speculative paths").
+(`--spec-synth-rates`), which the engine names "benchmarking only" and lossy; draft-eagle3
+with the kit's EAGLE-3 head (a Llama layer, the only EAGLE-3 layer llama.cpp computes),
+converted to GGUF by the vendored converter beside the target. draft-mtp, draft-dflash and
+draft-dspark need heads of target architectures the kit's Qwen3 target is not (CONFORMANCE.md,
+"llama.cpp's other speculative paths").
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect
 from properties.adapters.protocol import BadResponse, Completion, Request
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, StatefulLookup
+from properties.methods import (EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, HeadDraft,
+                                StatefulLookup)
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.models import tokenizer
 from properties.engines.local import engines_dir, output
+from reference.hidden import HiddenStates
 from reference.penalties import Formula
 
 K = 4
@@ -106,6 +110,19 @@ SYNTHETIC_WORDS = ("llama.cpp's --spec-synth-rates is \"benchmarking only\" (lla
                    "target\" and warns \"synthetic speculative acceptance is enabled for "
                    "benchmarking; generated output is not valid\"")
 
+# The hidden states llama.cpp feeds an EAGLE-3 head (common/speculative.cpp, the eagle3
+# drafter's begin and process): for each of the head's three `target_layers` ids l below the
+# target's depth N, the input of target layer l (llama_set_embeddings_layer_inp; the Qwen3
+# graph records inpL, the residual stream entering the layer: src/models/qwen3.cpp), and for
+# l = N the state before the final norm (llama_get_embeddings_nextn). That is
+# reference.hidden's where="input" for l = 0 .. N, vLLM's convention too. The served target
+# has N = 2 layers, so (0, 1, 2) reads both of llama.cpp's paths. Each round pairs g_j = fc(the
+# target's features at j) with token j + 1 and chains the draft layer's pre-norm output
+# (speculative.cpp: "at memory pos P the input pair is (token[P+1], g_embd[P])"), as
+# reference/heads/eagle3.py does; the proposal is the draft sampler's top candidate, k of them
+# with --spec-draft-p-min 0.
+EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
+
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
            EARLY_EXIT, K),
@@ -127,6 +144,9 @@ METHODS = {m.name: m for m in (
            f"draft model (draft-simple): the early exit, synthetic acceptance "
            f"(--spec-synth-rates {','.join(map(str, SYNTHETIC_RATES))}): lossy by design",
            EARLY_EXIT, K, lossy=SYNTHETIC_WORDS),
+    Method("eagle3", "EAGLE-3 head (draft-eagle3; seeded random init, a Llama layer) reading "
+                     "the inputs of target layers 0, 1 and the pre-final-norm state",
+           HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False), K),
 )}
 # the --spec-* options of each method that drafts from the context (a draft model's are built
 # in spec_options)
@@ -372,36 +392,48 @@ def version(env: Environment) -> str:
     return output([env.server, "--version"]).splitlines()[0]
 
 
+# the heads of the head methods, by export folder (properties/export/heads.py writes them)
+HEADS = tuple(sorted({m.drafter.head for m in METHODS.values()
+                      if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}))
+
+
 def prepare_commands(env: Environment | None, export_dir,
-                     drafts=("draft-early-exit", "draft-random")) -> list:
-    """(what, Command) converting the target and the drafts to GGUF (float32), beside the
-    export, with the vendored convert_hf_to_gguf.py (driven by gguf_convert.py)."""
+                     drafts=("draft-early-exit", "draft-random"), heads=HEADS) -> list:
+    """(what, Command) converting the target, the drafts and the heads to GGUF (float32),
+    beside the export, with the vendored convert_hf_to_gguf.py (driven by gguf_convert.py); a
+    head's conversion reads the target's folder for the tokenizer and the target's depth
+    (--target-model-dir)."""
     python = sys.executable if env is not None else "python"
     env = env or RECIPE
-    gguf = Path(export_dir) / "gguf"
+    root = Path(export_dir)
+    gguf = root / "gguf"
     driver = Path(__file__).with_name("gguf_convert.py")
-    return [(f"convert {name} to GGUF (float32, the vendored convert_hf_to_gguf.py)",
-             Command([python, driver, env.source, Path(export_dir) / name,
-                      gguf / f"{name}.gguf"]))
-            for name in ("target",) + tuple(drafts)]
+    models = [(f"convert {name} to GGUF (float32, the vendored convert_hf_to_gguf.py)",
+               Command([python, driver, env.source, root / name, gguf / f"{name}.gguf"]))
+              for name in ("target",) + tuple(drafts)]
+    return models + [(f"convert the head {name} to GGUF (float32, its target beside it)",
+                      Command([python, driver, env.source, root / name, gguf / f"{name}.gguf",
+                               root / "target"]))
+                     for name in heads]
 
 
 def prepare(env: Environment, export_dir, log) -> None:
-    """GGUF (float32) files of the target and the drafts, beside the export."""
+    """GGUF (float32) files of the target, the drafts and the heads, beside the export."""
     (Path(export_dir) / "gguf").mkdir(exist_ok=True)
-    # the drafts the export holds (the trained pair's run exports only the draft it uses)
+    # the drafts and heads the export holds (the trained pair's run exports only the draft it
+    # uses; the launcher exports a head method's head alone)
     drafts = tuple(d for d in ("draft-early-exit", "draft-random", "draft-small")
                    if (Path(export_dir) / d / "config.json").exists())
-    for what, step in prepare_commands(env, export_dir, drafts):
-        if Path(step.argv[-1]).exists():
+    heads = tuple(h for h in HEADS if (Path(export_dir) / h / "config.json").exists())
+    for what, step in prepare_commands(env, export_dir, drafts, heads):
+        if Path(step.argv[4]).exists():     # [python, driver, source, model, outfile, ...]
             continue
         done = subprocess.run([str(a) for a in step.argv], capture_output=True, text=True)
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a") as f:
             f.write(done.stdout + done.stderr)
         if done.returncode != 0:
-            raise RuntimeError(f"converting {Path(step.argv[-2]).name} to GGUF failed (log "
-                               f"{log}):\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"{what} failed (log {log}):\n{done.stderr[-2000:]}")
 
 
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
@@ -420,7 +452,8 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
 def spec_options(method: Method | None, gguf) -> list:
     """The options that make `method` speculate (none for the baseline): a context drafter's
     from CONTEXT_OPTIONS (another lookup method: ngram-simple sized as `ngram`, with its k);
-    a draft model's -md and draft-simple, every round k tokens; a mode the engine names lossy
+    a draft model's -md and draft-simple (a head's: draft-eagle3), every round k tokens
+    (--spec-draft-p-min 0 keeps a head drafting however unsure, too); a mode the engine names lossy
     is its synthetic acceptance (--spec-synth-rates, one rate per draft position)."""
     if method is None:
         return []
@@ -429,7 +462,8 @@ def spec_options(method: Method | None, gguf) -> list:
     if method.drafter.lookup:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
-    argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", "draft-simple",
+    kind = "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple"
+    argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", kind,
             "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0", "-td", "1"]
     if method.lossy is not None:

@@ -17,6 +17,12 @@ vLLM 0.32.0's formats, from its source (site-packages/vllm/):
   _maybe_add_hidden_state), `target_hidden_size`; the tensors are the reference head's names
   (fc, midlayer.*, norm, lm_head, embed_tokens) and, with a draft vocabulary, `d2t` holding
   target id - draft id (compute_logits adds it to arange(draft_vocab_size)).
+- EAGLE-3 with a Llama layer (qk_norm=False; model_executor/models/llama_eagle3.py,
+  LlamaForCausalLMEagle3, EAGLE-3's own checkpoint format): a Llama config of one layer with
+  `draft_vocab_size` (always written: llama.cpp's converter recognises an EAGLE-3 head by it
+  and a single layer, conversion/llama.py), the same aux-layer ids and tensor names. llama.cpp
+  converts this folder to GGUF (properties/engines/llamacpp.py) with the target's folder beside
+  it for the tokenizer and the target's depth.
 - Medusa (model_executor/models/medusa.py, transformers_utils/configs/medusa.py): model_type
   "medusa", num_heads, num_hidden_layers (residual layers per head), `medusa_fc_bias` (the
   layers have no bias unless it is set: the reference's have one); tensors
@@ -54,7 +60,7 @@ def write_vllm(head, path) -> Path:
     state = {name: t.detach().to(DTYPE).contiguous().cpu()
              for name, t in head.state_dict().items() if name != "draft_to_target"}
     if isinstance(head, Eagle3Head):
-        config = _eagle3_config(head)
+        config = _eagle3_config(head) if head.qk_norm else _eagle3_llama_config(head)
         if head.draft_to_target is not None:
             d2t = head.draft_to_target.cpu()
             state["d2t"] = d2t - torch.arange(len(d2t))   # vLLM stores the offset
@@ -91,6 +97,16 @@ def _eagle3_config(head) -> dict:
     return config
 
 
+def _eagle3_llama_config(head) -> dict:
+    """LlamaForCausalLMEagle3's config: the Qwen3 one's shapes under Llama's names (head_dim
+    given explicitly: the kit's heads are wider than hidden_size / heads)."""
+    config = _eagle3_config(head) | {"model_type": "llama",
+                                     "architectures": ["LlamaForCausalLMEagle3"],
+                                     "mlp_bias": False, "pretraining_tp": 1}
+    config.setdefault("draft_vocab_size", head.config.vocab_size)
+    return config
+
+
 def load_vllm(path, target):
     """Read a folder `write_vllm` wrote back into a reference head for `target` (float64): what
     the engine loads, as the reference computes it (the export's round trip)."""
@@ -101,14 +117,15 @@ def load_vllm(path, target):
     if config.get("model_type") == "medusa":
         head = MedusaHeads(target.config, config["num_heads"],
                            num_layers=config["num_hidden_layers"])
-    elif config.get("architectures") == ["Eagle3Qwen3ForCausalLM"]:
+    elif config.get("architectures") in (["Eagle3Qwen3ForCausalLM"], ["LlamaForCausalLMEagle3"]):
         hidden = HiddenStates(tuple(config["eagle_aux_hidden_state_layer_ids"]), "input")
         d2t = state.pop("d2t", None)
         head = Eagle3Head(target.config, hidden,
-                          None if d2t is None else (d2t + torch.arange(len(d2t))).tolist())
+                          None if d2t is None else (d2t + torch.arange(len(d2t))).tolist(),
+                          qk_norm=config["architectures"] == ["Eagle3Qwen3ForCausalLM"])
     else:
-        raise ValueError(f"{path}/config.json is neither vLLM's Medusa nor its EAGLE-3 "
-                         f"(Eagle3Qwen3ForCausalLM) head")
+        raise ValueError(f"{path}/config.json is neither vLLM's Medusa nor an EAGLE-3 "
+                         f"(Eagle3Qwen3ForCausalLM, LlamaForCausalLMEagle3) head")
     if getattr(head, "draft_to_target", None) is not None:
         state["draft_to_target"] = head.draft_to_target
     head.load_state_dict(state, strict=True)

@@ -43,6 +43,8 @@ def served_head(drafter):
     options = {"hidden": drafter.hidden} if drafter.hidden is not None else {}
     if drafter.kind == "medusa":
         options["num_heads"] = MEDUSA_HEADS
+    if not drafter.qk_norm:
+        options["qk_norm"] = False
     head = random_head(drafter.kind, target, seed=SEEDS[drafter.kind], **options)
     if isinstance(head, Eagle3Head):
         with torch.no_grad():

@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-import torch
 
 from reference.checkpoint import _DTYPE_NAMES, _safetensors
 from reference.heads import KINDS
@@ -33,6 +32,8 @@ def save_head(head, path, dtype=None) -> Path:
         options = {"num_heads": head.num_heads, "num_layers": len(head.blocks[0].layers)}
     elif isinstance(head, MTPLayer):
         options = {"order": head.order, "recycle": head.recycle}
+    elif isinstance(head, Eagle3Head) and not head.qk_norm:
+        options = {"qk_norm": False}
     config = {"kind": kind, "target": asdict(_target_config(head)),
               "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
               "options": options, "torch_dtype": _DTYPE_NAMES[dtype]}
@@ -62,7 +63,7 @@ def load_head(path, target, dtype=None):
     options = dict(config.get("options", {}))
     if kind == "eagle3":
         d2t = state.get("draft_to_target")
-        head = Eagle3Head(shapes, hidden, None if d2t is None else d2t.tolist())
+        head = Eagle3Head(shapes, hidden, None if d2t is None else d2t.tolist(), **options)
     elif kind == "medusa":
         head = MedusaHeads(shapes, hidden=hidden, **options)
     else:

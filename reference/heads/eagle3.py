@@ -8,6 +8,11 @@ alone; an MLP follows. Its output g_j (before the head's own final norm) is the 
 pair within a round: the head is chained on its own outputs, never through the fc again.
 The head has its own embedding (engines copy the target's), final norm and lm_head.
 
+Its attention normalizes q and k per head (qk_norm=True) as the Qwen3 target's layers do, the
+layer vLLM's Eagle3Qwen3ForCausalLM loads; qk_norm=False is the Llama layer of EAGLE-3's own
+checkpoints (LlamaForCausalLMEagle3), the only EAGLE-3 layer llama.cpp's `eagle3` architecture
+computes (src/models/eagle3.cpp: q and k go from their projections straight to RoPE).
+
 A draft vocabulary (EAGLE-3's d2t): the lm_head scores only Vd < V tokens, draft index i
 standing for target token draft_to_target[i]. Proposals are mapped back to target ids, and q is
 placed on the target's vocabulary with zero mass outside the map. That keeps the rejection rule
@@ -38,7 +43,7 @@ class Eagle3Layer(nn.Module):
     """One decoder layer whose attention reads [embedding, hidden] (2H) and whose residual
     stream is the hidden (H)."""
 
-    def __init__(self, config):
+    def __init__(self, config, qk_norm: bool = True):
         super().__init__()
         c, H = config, config.hidden_size
         self.input_layernorm = RMSNorm(H, c.rms_norm_eps)    # on the embedding
@@ -48,6 +53,8 @@ class Eagle3Layer(nn.Module):
         self.self_attn.q_proj = nn.Linear(2 * H, c.num_attention_heads * c.head_dim, bias=False)
         self.self_attn.k_proj = nn.Linear(2 * H, c.num_key_value_heads * c.head_dim, bias=False)
         self.self_attn.v_proj = nn.Linear(2 * H, c.num_key_value_heads * c.head_dim, bias=False)
+        if not qk_norm:   # a Llama layer: no per-head norm of q and k (and no weights for one)
+            self.self_attn.q_norm, self.self_attn.k_norm = nn.Identity(), nn.Identity()
         self.post_attention_layernorm = RMSNorm(H, c.rms_norm_eps)
         self.mlp = MLP(c)
 
@@ -58,11 +65,16 @@ class Eagle3Layer(nn.Module):
 
 
 class Eagle3Head(nn.Module):
-    def __init__(self, config, hidden: HiddenStates | None = None, draft_vocab=None):
+    def __init__(self, config, hidden: HiddenStates | None = None, draft_vocab=None,
+                 qk_norm: bool = True):
         """config: the target's Config (the head has its shapes). hidden: which target layers
         feed the fc (default_hidden). draft_vocab: the target ids of the draft vocabulary, in
-        draft-index order (d2t), or None for the target's whole vocabulary."""
+        draft-index order (d2t), or None for the target's whole vocabulary. qk_norm: the
+        attention's per-head q/k norm (Qwen3's layer), or none (False: a Llama layer)."""
         super().__init__()
+        if not isinstance(qk_norm, bool):
+            raise ValueError(f"Eagle3Head: qk_norm must be a bool, got {qk_norm!r}")
+        self.qk_norm = qk_norm
         self.target_config = config
         self.config = one_layer(config)
         self.hidden = default_hidden(config.num_hidden_layers) if hidden is None else hidden
@@ -72,7 +84,7 @@ class Eagle3Head(nn.Module):
         H, V = config.hidden_size, config.vocab_size
         self.embed_tokens = nn.Embedding(V, H)
         self.fc = nn.Linear(self.hidden.width(H), H, bias=False)   # [nH] -> H
-        self.midlayer = Eagle3Layer(self.config)
+        self.midlayer = Eagle3Layer(self.config, qk_norm)
         self.norm = RMSNorm(H, config.rms_norm_eps)
         if draft_vocab is None:
             self.draft_to_target = None
@@ -82,9 +94,9 @@ class Eagle3Head(nn.Module):
             self.lm_head = nn.Linear(H, len(self.draft_to_target), bias=False)
 
     @classmethod
-    def from_target(cls, target, hidden=None, draft_vocab=None):
+    def from_target(cls, target, hidden=None, draft_vocab=None, qk_norm: bool = True):
         """A head for `target` whose embedding starts as a copy of the target's."""
-        head = cls(target.config, hidden, draft_vocab)
+        head = cls(target.config, hidden, draft_vocab, qk_norm)
         p = target.model.embed_tokens.weight
         head.to(dtype=p.dtype, device=p.device)
         with torch.no_grad():
