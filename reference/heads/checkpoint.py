@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-
 from reference.checkpoint import _DTYPE_NAMES, _safetensors
 from reference.heads import KINDS
 from reference.heads.eagle3 import Eagle3Head
