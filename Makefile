@@ -195,7 +195,11 @@ engine-llamacpp: $(STAMP) $(LLAMA_SERVER)
 # OpenVINO GenAI in its own environment: optimum-intel (the conversion to OpenVINO IR) needs
 # transformers < 5.6; torch is pinned to the CPU build (else pip pulls a CUDA one) and installed
 # alone first, so only that one package is looked up on PyTorch's CPU index; torchvision is
-# removed because its import breaks the export. scipy is for tests/findings/.
+# removed because its import breaks the export. scipy is for tests/findings/. diffusers and einops:
+# optimum-intel loads an EAGLE-3 head through its own model_patcher.py as remote code, whose
+# imports need them ("This modeling file requires the following packages that were not found in
+# your environment: diffusers, einops"); huggingface-hub kept below 1.22, as optimum-intel asks
+# (diffusers alone pulls a 2.x that transformers refuses).
 OPENVINO_VERSION ?= 2026.4.1.0
 OPTIMUM_INTEL_VERSION ?= 2.2.0
 OPENVINO_TORCH ?= torch==2.13.0+cpu
@@ -207,7 +211,8 @@ $(OPENVINO_STAMP):
 	$(ENGINES)/openvino/bin/pip install --quiet --no-deps "$(OPENVINO_TORCH)" \
 		--extra-index-url $(OPENVINO_TORCH_INDEX)
 	$(ENGINES)/openvino/bin/pip install --quiet "openvino-genai==$(OPENVINO_VERSION)" \
-		"optimum-intel[openvino]==$(OPTIMUM_INTEL_VERSION)" "transformers<5.6" "$(OPENVINO_TORCH)" scipy
+		"optimum-intel[openvino]==$(OPTIMUM_INTEL_VERSION)" "transformers<5.6" "$(OPENVINO_TORCH)" scipy \
+		diffusers einops "huggingface-hub>=1.5,<1.22"
 	$(ENGINES)/openvino/bin/pip uninstall --quiet -y torchvision
 	touch $(OPENVINO_STAMP)
 

@@ -34,6 +34,39 @@ with the same models, draft or prompt lookup, device settings and SchedulerConfi
 method's LLMPipeline (which is itself that pipeline behind an adapter,
 src/cpp/src/llm/pipeline_continuous_batching_adapter.hpp); a request alone keeps LLMPipeline.
 
+EAGLE-3 (issue 40), read from openvino.genai's source (src/cpp/src/speculative_decoding/:
+eagle3_model_transforms.cpp, continuous_batching/eagle3_strategy.cpp; the tag 2026.3.0's tree,
+the 2026.4.1 wheel's messages the same) and optimum-intel 2.2.0's exporter:
+
+- the draft is a ``LlamaForCausalLMEagle3`` checkpoint converted by ``optimum-cli export
+  openvino --task text-generation-with-past --trust-remote-code`` (optimum-intel loads it
+  through its own model_patcher.LlamaEagle3ForCausalLM, a Llama layer: no q/k norm, so the kit
+  exports a qk_norm=False head; without --trust-remote-code it loads a plain LlamaForCausalLM
+  and fails). The exporter marks the IR ``eagle3_mode`` in its rt_info, and LLMPipeline(target,
+  "CPU", draft_model=draft_model(head, "CPU")) then runs the head on the continuous-batching
+  pipeline (Eagle3DecodingImpl; the stateful one needs an NPU). A checkpoint without ``d2t``
+  (a head over the whole vocabulary, the kit's) converts with whatever memory the missing
+  buffer held ("model.d2t | MISSING", then garbage in the IR's d2t constant, seen 2026-12-07):
+  the staged copy adds d2t = 0 (target id - draft id) and t2d.
+- which hidden states: ``hidden_layers_list`` holds exactly three decoder-layer ids ("Eagle3 is
+  expected to provide exactly three layers for extraction"); for each id L the target's graph
+  gives the first residual Add in ``layers.L/`` whose second input is a MatMul of a Multiply
+  (is_hidden_state_residual_node): the MLP's residual, that is layer L's residual output,
+  before any norm (reference.hidden's where="output"; vLLM's and llama.cpp's ids name a layer's
+  input, so L = their id - 1). Measured so on the trained target (below). Concatenated in the
+  list's order, the head's fc is moved into the target's graph (move_fc_from_draft_to_main) and
+  the head chains its own layer's residual output (the "midlayer" Add), as the reference does.
+  Without a list, a target of 10 or more layers gets (2, N / 2, N - 3); a smaller one is refused.
+  The Python API cannot pass the list: a Python list of ints becomes a vector of int64
+  (src/python/py_utils.cpp) and the check wants int32 ("hidden_layers_list must be a vector of
+  int32_t values"), so the kit writes it into the converted head's rt_info, which draft_model()
+  reads (apply_eagle3_rt_info) as a vector of int.
+- the kit's served target has two layers, so two layer outputs: no three distinct ids exist and
+  the method `eagle3` is refused (the engine's words in it). The trained target has six:
+  `eagle3-trained` serves the trained head (a Qwen3 layer) in a Llama layer, its q/k norm
+  dropped (properties/export/heads.py llama_layer), reading the inputs of layers 1, 3, 5 =
+  hidden_layers_list [0, 2, 4].
+
 Counts: ``extended_perf_metrics`` per generate call (``get_num_draft_tokens``,
 ``get_num_accepted_tokens``), the whole call's in a batch (every row of a batch carries the
 same metrics), so the kit reads them as engine-wide totals around its requests, as a server's
@@ -56,6 +89,8 @@ from properties.adapters.dialects import read_prometheus
 from properties import methods
 from properties.engines import Command, Engine, EngineMissing, Method, inprocess, python_api
 from properties.engines.local import engines_dir, output
+from properties.methods import HeadDraft
+from reference.hidden import HiddenStates
 
 VERSION = "2026.4.1.0"
 K = 4
@@ -92,7 +127,63 @@ def _methods() -> dict:
     return found
 
 
-METHODS = _methods()
+# the trained head's convention (reference/trained/eagle3: the inputs of layers 1, 3, 5 of the
+# 6-layer trained target), which OpenVINO reads as hidden_layers_list [0, 2, 4]
+EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
+# the kit's served head for the 2-layer target (llama.cpp's: the inputs of layers 0, 1, 2)
+EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
+# the engine's words when the 2-layer served target is asked for any three layers (run here
+# 2026-12-07 on 2026.4.1.0, rt_info hidden_layers_list set as the kit sets it)
+EAGLE3_REFUSED = (
+    "OpenVINO GenAI reads exactly three distinct decoder-layer outputs of the target, and the "
+    "kit's served target has two layers: with the served head's layers it answers \"Check "
+    "'residual_outputs.size() == patterns.size()' failed at ... eagle3_model_transforms.cpp:314: "
+    "Number of extracted hidden states does not match the requested number.\" (the same for "
+    "[0, 1, 1]; with [0, 1]: \"Eagle3 is expected to provide exactly three layers for "
+    "extraction\"; with no list: \"num_decoder_layers must be at least 10 for automatic hidden "
+    "layer selection, got: 2\"). Not a GPU matter: it runs on this CPU with a target of three "
+    "or more layers, as eagle3-trained does (--models trained)")
+
+
+def _head_methods() -> dict:
+    """EAGLE-3 through optimum-intel's Llama-layer head (qk_norm False), chain drafting (the
+    default: tree_depth 0). replays: not set, since the engine's counts were not
+    all equal to the exact replay: measured 2026-12-07 on the trained target, 4 greedy requests
+    of 32 tokens, k 4, hidden_layers_list [0, 2, 4]: (58, 14), (40, 19), (44, 18), (68, 12)
+    drafted / accepted where the replay with the inputs of layers 1, 3, 5 gives (59, 15),
+    (41, 20), (45, 19), (68, 12): three of four one drafted and one accepted short, finding 5's
+    signature (the last round left out, tests/findings/openvino_draft_counts), the fourth
+    equal. With [1, 3, 5] the engine's counts followed the replay with the outputs of layers
+    1, 3, 5 instead (three of four equal, the fourth finding 5's): ids name layer outputs."""
+    return {m.name: m for m in (
+        OpenVINOMethod("eagle3", "EAGLE-3 head (seeded random init, a Llama layer) reading the "
+                                 "inputs of target layers 0, 1, 2 (default SchedulerConfig)",
+                       HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False), K,
+                       refused=EAGLE3_REFUSED),
+        OpenVINOMethod("eagle3-trained", "EAGLE-3: the trained head in a Llama layer (q/k norm "
+                                         "dropped) on the trained target's layer outputs 0, 2, "
+                                         "4 (--models trained; default SchedulerConfig)",
+                       HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
+                                 trained_only=True, qk_norm=False), K),
+    )}
+
+
+METHODS = _methods() | _head_methods()
+# the heads the methods load, by export folder
+HEADS = tuple(sorted({m.drafter.head for m in METHODS.values()
+                      if isinstance(m.drafter, HeadDraft)}))
+
+
+def openvino_layers(hidden: HiddenStates) -> tuple:
+    """The hidden_layers_list that makes OpenVINO GenAI feed a head the states `hidden` names:
+    its id L is layer L's residual output (where="output" layer L, where="input" layer L + 1).
+    The input of layer 0 (the embeddings) has no id: it maps to -1, which the engine refuses
+    as it refuses any id it does not find in the graph."""
+    if not isinstance(hidden, HiddenStates) or hidden.normed:
+        raise ValueError(f"openvino_layers: hidden={hidden!r}: OpenVINO GenAI feeds un-normed "
+                         f"layer outputs, a reference.hidden.HiddenStates with normed=False")
+    shift = 1 if hidden.where == "input" else 0
+    return tuple(layer - shift for layer in hidden.layers)
 
 
 @dataclass(frozen=True)
@@ -317,25 +408,61 @@ def drafts_of(export_dir) -> tuple:
                         if p.name.startswith("draft-") and (p / "config.json").exists()))
 
 
-def prepare_commands(env: Environment | None, export_dir, drafts=None) -> list:
+def prepare_commands(env: Environment | None, export_dir, drafts=None, heads=None) -> list:
     """(what, Command): each model staged with a tokenizer that converts, then converted by
-    optimum-cli (float32 weights)."""
-    kit = sys.executable if env is not None else "python"
-    cli = (env or RECIPE).python.parent / "optimum-cli" if env is not None else Path("optimum-cli")
+    optimum-cli (float32 weights); a head's conversion loads optimum-intel's EAGLE-3 class
+    (--trust-remote-code), then its IR gets the hidden_layers_list it reads."""
+    return [step for name in models_of(export_dir, drafts, heads)
+            for step in model_commands(env, export_dir, name)]
+
+
+def models_of(export_dir, drafts=None, heads=None) -> tuple:
+    """The folders of an export that a run converts: the target, the drafts and the heads of
+    this engine's methods the export holds (all of them for a recipe without an export)."""
     root = Path(export_dir)
     if drafts is None:
         drafts = drafts_of(root) if root.exists() else ("draft-early-exit", "draft-random")
-    steps = []
-    for name in ("target",) + tuple(drafts):
-        staged = root / STAGED / name
-        steps.append((f"stage {name} with a tokenizer OpenVINO converts",
-                      Command([kit, "-m", "properties.engines.openvino", "stage", root / name,
-                               staged])))
-        steps.append((f"convert {name} to OpenVINO IR (optimum-cli, float32)",
-                      Command([cli, "export", "openvino", "--model", staged, "--task",
-                               "text-generation-with-past", "--weight-format", "fp32",
-                               converted(root) / name], env={"OMP_NUM_THREADS": "1"})))
-    return steps
+    if heads is None:
+        heads = (tuple(h for h in HEADS if (root / h / "config.json").exists())
+                 if root.exists() else tuple(h for h in HEADS if h in SERVED_HEADS))
+    return ("target",) + tuple(drafts) + tuple(heads)
+
+
+# the heads of the kit's models (not a trained pair's): what a recipe without an export lists
+SERVED_HEADS = tuple(sorted({m.drafter.head for m in METHODS.values()
+                             if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}))
+
+
+def head_of(name: str) -> HeadDraft | None:
+    """The HeadDraft a head folder holds (None: a model, not a head)."""
+    return next((m.drafter for m in METHODS.values()
+                 if isinstance(m.drafter, HeadDraft) and m.drafter.head == name), None)
+
+
+def model_commands(env: Environment | None, export_dir, name: str) -> list:
+    """(what, Command) that make converted(export_dir)/name from the export's folder `name`."""
+    kit = sys.executable if env is not None else "python"
+    python = (env or RECIPE).python
+    cli = python.parent / "optimum-cli" if env is not None else Path("optimum-cli")
+    root = Path(export_dir)
+    staged, out, head = root / STAGED / name, converted(root) / name, head_of(name)
+    stage_argv = [kit, "-m", "properties.engines.openvino", "stage", root / name, staged]
+    convert_argv = [cli, "export", "openvino", "--model", staged, "--task",
+                    "text-generation-with-past", "--weight-format", "fp32", out]
+    if head is None:
+        return [(f"stage {name} with a tokenizer OpenVINO converts", Command(stage_argv)),
+                (f"convert {name} to OpenVINO IR (optimum-cli, float32)",
+                 Command(convert_argv, env={"OMP_NUM_THREADS": "1"}))]
+    layers = " ".join(map(str, openvino_layers(head.hidden)))
+    return [(f"stage the head {name} (d2t and t2d written, the target's tokenizer beside it)",
+             Command(stage_argv + ["--tokenizer-from", root / "target"])),
+            (f"convert the head {name} to OpenVINO IR (optimum-cli, float32; optimum-intel's "
+             f"LlamaEagle3ForCausalLM, loaded as remote code)",
+             Command(convert_argv[:-1] + ["--trust-remote-code", out],
+                     env={"OMP_NUM_THREADS": "1"})),
+            (f"write hidden_layers_list [{layers}] into the head's rt_info (the Python API "
+             f"cannot pass it)",
+             Command([python, "-c", SET_LAYERS, out, layers], env={"OMP_NUM_THREADS": "1"}))]
 
 
 def prepare(env: Environment, export_dir, log) -> None:
@@ -343,12 +470,14 @@ def prepare(env: Environment, export_dir, log) -> None:
     environment by the digest of the exported files it was made from, and reused: the kit's
     exports are the same bits every run, and converting takes minutes on 2 cores."""
     Path(log).parent.mkdir(parents=True, exist_ok=True)
-    steps = prepare_commands(env, export_dir)
-    for (_, staging), (what, step) in zip(steps[::2], steps[1::2]):
-        out, source = Path(step.argv[-1]), Path(staging.argv[-2])
-        cache = env.python.parent.parent / "converted" / digest(source)
+    root = Path(export_dir)
+    for name in models_of(root):
+        steps = model_commands(env, root, name)
+        out = converted(root) / name
+        extra = ((root / "target" / "tokenizer.json").read_bytes(),) if head_of(name) else ()
+        cache = env.python.parent.parent / "converted" / digest(root / name, *extra)
         if not (cache / "openvino_tokenizer.xml").exists():
-            for part in (staging, step):
+            for what, part in steps:
                 done = subprocess.run([str(a) for a in part.argv], capture_output=True,
                                       text=True, env={**os.environ, **part.env})
                 with open(log, "a") as f:
@@ -356,23 +485,26 @@ def prepare(env: Environment, export_dir, log) -> None:
                 if done.returncode != 0:
                     raise RuntimeError(f"{what} failed (log {log}):\n{done.stderr[-2000:]}")
             if not (out / "openvino_tokenizer.xml").exists():
-                raise RuntimeError(f"{what}: optimum-cli wrote no openvino_tokenizer.xml (the "
-                                   f"tokenizer did not convert; log {log})")
+                raise RuntimeError(f"{steps[1][0]}: optimum-cli wrote no openvino_tokenizer.xml "
+                                   f"(the tokenizer did not convert; log {log})")
             shutil.rmtree(cache, ignore_errors=True)
             shutil.copytree(out, cache)
         elif not out.exists():
             shutil.copytree(cache, out)
             with open(log, "a") as f:
-                f.write(f"{source.name}: the conversion of these exported bits, from {cache}\n")
+                f.write(f"{name}: the conversion of these exported bits, from {cache}\n")
 
 
-def digest(model_dir) -> str:
-    """sha256 of an exported model's files (names and bytes), with the kit's staging step."""
+def digest(model_dir, *extra: bytes) -> str:
+    """sha256 of an exported model's files (names and bytes), with the kit's staging step and
+    `extra` bytes (a head's: the target's tokenizer staged beside it)."""
     source = Path(__file__).read_bytes()
     h = hashlib.sha256(source[source.index(b"def stage("):source.index(b"def main(")])
     for item in sorted(Path(model_dir).iterdir()):
         if item.is_file():
             h.update(item.name.encode() + b"\0" + item.read_bytes())
+    for part in extra:
+        h.update(b"\0" + part)
     return h.hexdigest()[:32]
 
 
@@ -395,17 +527,29 @@ def command(env: Environment | None, export_dir, method, port: int) -> Command:
 
 # ----------------------------------------------------------------- the staging step
 
-def stage(source, out) -> None:
+def stage(source, out, tokenizer_from=None) -> None:
     """A copy of export `source` (its files linked) whose tokenizer converts: the same
-    tokenizer plus one added special token at id vocab_size when it has no added token."""
+    tokenizer plus one added special token at id vocab_size when it has no added token. A head
+    (`tokenizer_from`: the target's export, whose tokenizer the head has none of) gets that
+    tokenizer, and its weights with d2t and t2d written (stage_head)."""
     from tokenizers import AddedToken, Tokenizer
     source, out = Path(source).resolve(), Path(out)
+    if not (source / "config.json").is_file():
+        raise SystemExit(f"stage: source={str(source)!r} holds no config.json (an exported model)")
     out.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = Path(tokenizer_from).resolve() if tokenizer_from is not None else source
+    if tokenizer_from is not None:
+        stage_head(source, out)
+        for item in tokenizer_dir.iterdir():
+            if item.name in TOKENIZER_FILES and not (out / item.name).exists():
+                os.symlink(item, out / item.name)
     for item in source.iterdir():
         target = out / item.name
         if item.name != "tokenizer.json" and not target.exists():
             os.symlink(item, target)
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    if (out / "tokenizer.json").is_symlink():
+        (out / "tokenizer.json").unlink()
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     if not tokenizer.get_added_tokens_decoder():
         size = tokenizer.get_vocab_size()
         tokenizer.add_special_tokens([AddedToken("<|endoftext|>", special=True,
@@ -415,11 +559,61 @@ def stage(source, out) -> None:
     tokenizer.save(str(out / "tokenizer.json"))
 
 
+# the tokenizer's files a head is staged with, from the target's export
+TOKENIZER_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def stage_head(source, out) -> None:
+    """The head's weights in `out`/model.safetensors with the buffers optimum-intel's
+    LlamaEagle3Model loads: d2t (target id - draft id; 0 over the whole vocabulary) and t2d
+    (True where a target id is in the draft vocabulary). Left out, they are not initialized
+    (optimum-intel reports "model.d2t | MISSING") and the IR's d2t is whatever memory held."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    config = json.loads((Path(source) / "config.json").read_text())
+    if config.get("architectures") != ["LlamaForCausalLMEagle3"]:
+        raise SystemExit(f"stage: {source} is no LlamaForCausalLMEagle3 head (architectures "
+                         f"{config.get('architectures')}): optimum-intel converts only that "
+                         f"EAGLE-3 layer")
+    state = load_file(str(Path(source) / "model.safetensors"))
+    vocab, draft = int(config["vocab_size"]), int(config["draft_vocab_size"])
+    d2t = state.setdefault("d2t", torch.zeros(draft, dtype=torch.int64))
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[d2t + torch.arange(draft)] = True
+    state["t2d"] = t2d
+    save_file(state, str(Path(out) / "model.safetensors"), metadata={"format": "pt"})
+
+
+# run by the engine's Python on a converted head: hidden_layers_list (argv[2], ids separated by
+# spaces) into the IR's rt_info, read back by draft_model() as a vector of int; saved beside
+# and moved over the IR, whose weights the read model still maps
+SET_LAYERS = """
+import os, sys, openvino as ov
+folder, layers = sys.argv[1], sys.argv[2]
+model = ov.Core().read_model(os.path.join(folder, "openvino_model.xml"))
+model.set_rt_info(layers, ["hidden_layers_list"])
+ov.save_model(model, os.path.join(folder, "layers.xml"), compress_to_fp16=False)
+del model
+for ext in (".xml", ".bin"):
+    os.replace(os.path.join(folder, "layers" + ext), os.path.join(folder, "openvino_model" + ext))
+"""
+
+
 def main(argv) -> int:
-    if len(argv) != 3 or argv[0] != "stage":
-        print("python -m properties.engines.openvino stage EXPORTED_MODEL STAGED_COPY")
+    args = list(argv)
+    tokenizer_from = None
+    if "--tokenizer-from" in args:
+        at = args.index("--tokenizer-from")
+        if at + 1 >= len(args):
+            print("--tokenizer-from needs the target's export folder")
+            return 2
+        tokenizer_from = args[at + 1]
+        del args[at:at + 2]
+    if len(args) != 3 or args[0] != "stage":
+        print("python -m properties.engines.openvino stage EXPORTED_MODEL STAGED_COPY "
+              "[--tokenizer-from TARGET_EXPORT]")
         return 2
-    stage(argv[1], argv[2])
+    stage(args[1], args[2], tokenizer_from)
     return 0
 
 

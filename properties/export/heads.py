@@ -50,7 +50,25 @@ def trained_head(drafter, models: str = "trained"):
         raise ValueError(f"no trained head of kind {drafter.kind!r}: only eagle3 is trained "
                          f"(make models-heads)")
     pair = pair_of(models, torch.float64)
-    return pair.eagle3().to(torch.float64)
+    head = pair.eagle3().to(torch.float64)
+    # an engine that loads only Llama-layer heads (OpenVINO GenAI through optimum-intel) is
+    # declared with qk_norm False: it gets, and the kit replays, the trained weights in one
+    return llama_layer(head) if head.qk_norm and not drafter.qk_norm else head
+
+
+def llama_layer(head):
+    """A reference Eagle3Head with q/k norm as a Llama layer (qk_norm False): the same weights,
+    the per-head q/k norm dropped. A different head from `head` (its own proposals, replayed as
+    themselves), for engines whose EAGLE-3 layer has no q/k norm."""
+    if not isinstance(head, Eagle3Head):
+        raise TypeError(f"llama_layer takes an Eagle3Head, got {type(head).__name__}")
+    d2t = None if head.draft_to_target is None else head.draft_to_target.tolist()
+    out = Eagle3Head(head.target_config, head.hidden, d2t, qk_norm=False)
+    p = head.fc.weight
+    out.to(dtype=p.dtype, device=p.device)
+    out.load_state_dict({k: v for k, v in head.state_dict().items()
+                         if ".q_norm." not in k and ".k_norm." not in k}, strict=True)
+    return out.eval().requires_grad_(False)
 
 
 def write_vllm(head, path) -> Path:
