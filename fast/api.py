@@ -23,9 +23,11 @@ def _round_up(n: int, step: int = 64) -> int:
 
 
 def _engine(target, draft, prompts, max_new, width: int, width_name: str, width_value,
-            cuda_graphs) -> FastEngine:
+            cuda_graphs, weights=None) -> FastEngine:
+    """weights: model_weights(target) where the caller already built them (each build
+    fingerprints every parameter of the target: FastEngine says what that costs)."""
     module = check_model(target, "target")
-    weights = model_weights(target, "target")
+    weights = model_weights(target, "target") if weights is None else weights
     graphs = graphs_wanted(cuda_graphs, weights.device)
     needed = _cache_needed(prompts, max_new, width)
     limit = getattr(module.config, "max_position_embeddings", None) or needed
@@ -36,13 +38,13 @@ def _engine(target, draft, prompts, max_new, width: int, width_name: str, width_
     capacity = min(_round_up(needed), max(limit, needed)) if graphs else needed
     if not graphs:
         return FastEngine(target, draft, max_batch=batch, max_cache_len=capacity, max_k=k,
-                          cuda_graphs=False)
+                          cuda_graphs=False, target_weights=weights)
     key = (batch, capacity, k)
     per_target = _ENGINES.setdefault(module, {})
     engine = per_target.get(key)
     if engine is None or not _same_models(engine, weights, draft):
         engine = FastEngine(target, draft, max_batch=batch, max_cache_len=capacity, max_k=k,
-                            cuda_graphs=True)
+                            cuda_graphs=True, target_weights=weights)
         per_target.clear()  # one captured engine per target: graphs hold device memory
         per_target[key] = engine
     return engine
@@ -106,10 +108,10 @@ def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.
                                                          stop_ids)
     checks.check_cuda_graphs(cuda_graphs)
     checks.check_k(k)
-    vocab = model_weights(target, "target").shape.vocab_size
-    prompts = checks.check_prompts(prompts, vocab)
+    weights = model_weights(target, "target")
+    prompts = checks.check_prompts(prompts, weights.shape.vocab_size)
     max_new = checks.check_max_new(max_new_tokens, len(prompts))
-    engine = _engine(target, draft, prompts, max_new, k + 1, "k", k, cuda_graphs)
+    engine = _engine(target, draft, prompts, max_new, k + 1, "k", k, cuda_graphs, weights)
     return engine.generate(prompts, max_new, k, temperature, stop_ids, generator,
                            top_k=top_k, top_p=top_p)
 

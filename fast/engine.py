@@ -29,7 +29,7 @@ from fast.runner import ModelRunner, padded_prompts
 from fast.sampling import Sampler, device_generator, same_device
 from fast.tree import TreeShape, check_tree, tree_round
 from fast.verify import greedy_verify, rejection_sample
-from fast.weights import model_weights, unwrap
+from fast.weights import ModelWeights, model_weights, unwrap
 
 
 def is_drafter(draft) -> bool:
@@ -58,12 +58,19 @@ class FastEngine:
     """A target and a drafter with static caches for up to max_batch rows of max_cache_len."""
 
     def __init__(self, target, draft, *, max_batch: int, max_cache_len: int, max_k: int = 8,
-                 cuda_graphs=None):
+                 cuda_graphs=None, target_weights: ModelWeights | None = None):
+        """target_weights: model_weights(target) when the caller has just built them (fast.api
+        does, to check the prompts): building them again fingerprints every parameter of the
+        target, ~4 ms a call for the 8-layer weight-bound target, a decode step and a half."""
         sizes = (("max_batch", max_batch), ("max_cache_len", max_cache_len), ("max_k", max_k))
         for name, value in sizes:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        self.target_weights = model_weights(target, "target")
+        if target_weights is not None and not isinstance(target_weights, ModelWeights):
+            raise ValueError(f"target_weights must be the target's fast.weights.ModelWeights or "
+                             f"None, got {type(target_weights).__name__}")
+        self.target_weights = (model_weights(target, "target") if target_weights is None
+                               else target_weights)
         device = self.target_weights.device
         limit = getattr(unwrap(target).config, "max_position_embeddings", None)
         if limit is not None and max_cache_len > limit:

@@ -41,6 +41,7 @@ head's norm and lm_head on the rows read; elsewhere, and as its definition, torc
 over the few-row kernel (fast/small_m.py). Head steps are not captured in CUDA graphs.
 """
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +52,7 @@ from fast.cache import StaticCache
 from fast.forward import attention_bias, rms_norm, window_mask
 from fast.rotary import apply_rotary, rotary_table
 from fast.small_m import linear
-from fast.weights import LayerWeights, ModelWeights, Shape, _matrices
+from fast.weights import LayerWeights, ModelWeights, Shape, _fingerprint, _matrices, huge_pages
 
 
 @dataclass
@@ -62,7 +63,27 @@ class HeadWeights:
     draft_to_target: torch.Tensor | None   # [Vd] target ids, or None (the whole vocabulary)
 
 
+# The fast copies per head: head module -> (fingerprint, HeadWeights), kept as fast/weights.py
+# keeps the target's fused layers: fast.batched_generate builds a HeadDrafter per call, and
+# copying the head's 11 MB each time cost 3.4 ms a call on the weight-bound pair, more than a
+# decode step. The fingerprint (every parameter's and buffer's storage and version) rebuilds
+# them when the head's weights change in place or are replaced.
+_HEAD_WEIGHTS = weakref.WeakKeyDictionary()
+
+
 def head_weights(head) -> HeadWeights:
+    """head_weights_of(head), made once per head and state of its weights (_HEAD_WEIGHTS)."""
+    key = _fingerprint(head) + tuple((b.data_ptr(), b._version) for b in head.buffers()) + \
+        (huge_pages.on,)
+    hit = _HEAD_WEIGHTS.get(head)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    weights = head_weights_of(head)
+    _HEAD_WEIGHTS[head] = (key, weights)
+    return weights
+
+
+def head_weights_of(head) -> HeadWeights:
     """The weights of a reference Eagle3Head, q/k/v and gate/up fused (copies, made once). Its
     layer's qkv is [(heads + 2 kv_heads) * D, 2H]: it reads [embedding, h]. The matrices share
     one block on 2 MB pages where the target's would be (fast/weights.py): a round's verify

@@ -210,3 +210,50 @@ def test_the_kit_impl_drafts_with_the_targets_trained_head_where_one_fits():
     shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
     assert head_kit.head_for(shallow).hidden == HiddenStates((0, 2), "input")
     assert "perfect_draft" in head_kit.KIT_NOT_APPLICABLE
+
+
+def test_the_heads_fast_weights_are_made_once_and_remade_when_it_changes(target):
+    """fast.HeadDrafter is built per generate call: the head's fast copies are kept per head
+    (fast/head.py's _HEAD_WEIGHTS) and rebuilt when a parameter changes in place, so a
+    changed head drafts with its new weights."""
+    from fast.head import head_weights
+    head = random_head("eagle3", target, seed=30)
+    first = head_weights(head)
+    assert head_weights(head) is first and HeadDrafter(head).weights is first
+    before = head_weights(head).fc.clone()
+    with torch.no_grad():
+        head.fc.weight.mul_(2.0)
+    remade = head_weights(head)
+    assert remade is not first and torch.equal(remade.fc, 2.0 * before)
+    # what the drafter proposes follows: its greedy output is still the target's
+    outputs, _ = fast.batched_generate(target, HeadDrafter(head), PROMPTS[:2], 8, k=3)
+    assert outputs == [target_greedy(target, p, 8) for p in PROMPTS[:2]]
+
+
+def test_an_engine_refuses_target_weights_that_are_not_weights(target, heads):
+    from fast.engine import FastEngine
+    with pytest.raises(ValueError, match="target_weights must be the target's "
+                                         "fast.weights.ModelWeights or None, got Tensor"):
+        FastEngine(target, HeadDrafter(heads["eagle3"]), max_batch=1, max_cache_len=32,
+                   target_weights=torch.zeros(3))
+
+
+def test_the_benchmarks_acceptance_by_position_counts_every_round(target, heads):
+    """fast/test_bench_head.py's accepted_by_round logs each round's accepted counts (they sum
+    to the engine's own count), and by_position turns them into acceptance per position."""
+    pytest.importorskip("pytest_benchmark")
+    from fast.test_bench_head import accepted_by_round, by_position, restricted_head
+    (outputs, stats), accepted = accepted_by_round(
+        lambda: fast.batched_generate(target, HeadDrafter(heads["eagle3"]), PROMPTS, 12, k=3))
+    assert len(accepted) == stats["row_rounds"] and sum(accepted) == stats["accepted"]
+    assert by_position([0, 1, 4, 4], 4) == [0.75, 2 / 3, 1.0, 1.0]
+    assert by_position([], 2) == [0.0, 0.0]
+    # the benchmark's draft-vocabulary head: the trained head's logits on its rows
+    head = heads["eagle3"]
+    ids = torch.tensor([2, 5, 40, 63])
+    cut = restricted_head(head, ids)
+    tokens, h = torch.tensor([[3, 4]]), torch.randn(1, 2, head.config.hidden_size,
+                                                    dtype=torch.float64)
+    full, _ = head(tokens, h, head.new_cache(4))
+    mine, _ = cut(tokens, h, cut.new_cache(4))
+    assert torch.equal(mine, full[..., ids]) and torch.equal(cut.draft_to_target, ids)
