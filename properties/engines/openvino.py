@@ -534,8 +534,6 @@ def stage(source, out, tokenizer_from=None) -> None:
     tokenizer, and its weights with d2t and t2d written (stage_head)."""
     from tokenizers import AddedToken, Tokenizer
     source, out = Path(source).resolve(), Path(out)
-    if not (source / "config.json").is_file():
-        raise SystemExit(f"stage: source={str(source)!r} holds no config.json (an exported model)")
     out.mkdir(parents=True, exist_ok=True)
     tokenizer_dir = Path(tokenizer_from).resolve() if tokenizer_from is not None else source
     if tokenizer_from is not None:
