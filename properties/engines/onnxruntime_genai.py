@@ -28,6 +28,35 @@ the tokens the engine emits (the API has no stop ids): the output is cut after t
 The trained pair's small draft has head size 24, which onnxruntime-genai's CPU attention
 refuses (it needs multiples of 16, found on this machine 2026-12-03): the conversion step
 refuses such a model, naming its shape.
+
+What else 0.18.0 offers (issue 40; read 2026-12-07 from the installed package: the builder's
+Python under onnxruntime_genai/models/, the bindings' docstrings, the runtime's own messages in
+libonnxruntime-genai.so, and tried on the kit's target):
+
+- caller-supplied drafts: the Engine API (``og.Engine(model)``, ``engine.create_request()``,
+  ``request.begin_turn``, ``engine.run``) takes a request's drafts with
+  ``Request.set_draft_tokens`` ("Propose speculative draft tokens for the next decode
+  operation"), up to ``Engine.max_draft_tokens_per_proposal()`` ("zero when unsupported").
+  Verifying them needs the dynamic-batching Engine, built with
+  ``--extra_options use_paged_attention=true`` (builders/base.py make_attention_init), which
+  the builder refuses on a CPU: "PagedAttention (use_paged_attention=true) requires CUDA with
+  FP16/BF16 or WebGPU with FP16, not (cpu, FLOAT)" (FLOAT16 likewise). On the CPU build the
+  Engine answers max_draft_tokens_per_proposal() 0 and set_draft_tokens "This engine does not
+  support speculative draft verification." (also with "speculative": {"max_draft_tokens": 4}
+  in genai_config.json): the method `caller-drafts`, refused, with the GPU recipe.
+- MTP: an Engine-hosted head needs dynamic batching too ("An Engine-hosted MTP head requires
+  dynamic batching"), and the builder writes an MTP graph (``model.mtp``; ``og.MtpGenerator``
+  drives it outside the Engine) only for Qwen3.5 checkpoints that declare
+  ``mtp_num_hidden_layers`` > 0 (builders/qwen.py Qwen35MoEModel, Qwen35Model with
+  get_mtp_model_class, builders/mtp.py MTPModel): the kit's Qwen3 targets have no MTP layer.
+- DFlash 2 and DSpark block drafters (builder options dflash2_path, dspark_path;
+  builders/dflash2.py, dspark.py; ``model.dflash2`` / ``model.dspark``): Qwen3.5 builders only
+  (Qwen35MoEModel.block_drafter_options), "Requires use_paged_attention=true", and the runtime
+  says "An Engine-hosted DFlash 2 drafter requires dynamic batching": not on a CPU.
+- EAGLE, EAGLE-3, Medusa: not offered in 0.18.0. The runtime names none of them; the builder's
+  ``aux_hidden_state_layers`` output (the residual streams entering the named layers) is
+  documented for "a speculative block drafter such as EAGLE3 or DFlash", and only DFlash 2 and
+  DSpark read it.
 """
 
 from __future__ import annotations
@@ -41,7 +70,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL
+from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, Scripted
 from properties.engines import Command, Engine, EngineMissing, Method, python_api
 from properties.engines.local import engines_dir
 
@@ -52,6 +81,18 @@ K = 4
 NGRAM = 2
 # the head sizes its CPU attention takes
 HEAD_MULTIPLE = 16
+# the engine's words on this CPU (2026-12-07, 0.18.0), and where the path runs instead
+CALLER_DRAFTS_REFUSED = (
+    "onnxruntime-genai's Engine verifies caller drafts only with dynamic batching, whose "
+    "PagedAttention build the model builder refuses here: \"PagedAttention "
+    "(use_paged_attention=true) requires CUDA with FP16/BF16 or WebGPU with FP16, not (cpu, "
+    "FLOAT)\"; on the CPU build Engine.max_draft_tokens_per_proposal() is 0 and "
+    "Request.set_draft_tokens answers \"This engine does not support speculative draft "
+    "verification.\" GPU recipe: pip install onnxruntime-genai-cuda==0.18.0; python -m "
+    "onnxruntime_genai.models.builder -i DIR/target -o OUT -p fp16 -e cuda --extra_options "
+    "use_paged_attention=true max_draft_tokens=4; then og.Engine(og.Model(OUT)), a request's "
+    "begin_turn, one engine.run (the prefill), request.set_draft_tokens(drafts) before each "
+    "later run, and Engine.get_speculative_stats() for the counts")
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model: the target's first layer", EARLY_EXIT, K),
     Method("draft-random", "draft model: an independent random model", RANDOM, K),
@@ -62,6 +103,11 @@ METHODS = {m.name: m for m in (
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
            SMALL, K),
+    # the kit's scripted drafts through the Engine's caller-supplied drafts: refused here (the
+    # module's docstring); the worker asks the engine again at every start
+    Method("caller-drafts", "Request.set_draft_tokens: the kit's scripted drafts, right for the "
+                            "first j proposals then wrong (the Engine API)",
+           Scripted("right-then-wrong"), K, proposals="greedy", refused=CALLER_DRAFTS_REFUSED),
 )}
 FOLDER = "onnxruntime-genai"     # its converted models, beside the export
 
@@ -88,6 +134,26 @@ class Session:
         self.model = og.Model(config["model"])
         self.vocab, self.eos = config["vocab_size"], config["eos"]
         self.k, self.ngram = config.get("k"), config.get("ngram")
+        if config.get("caller_drafts"):
+            self.caller_drafts()
+
+    def caller_drafts(self):
+        """Ask the Engine API to take one caller draft on this model, as a user would (a turn,
+        its prefill, then Request.set_draft_tokens): where it refuses, its own exception ends
+        the worker's start; where it takes it, the start fails saying so, since this worker
+        drives the Generator API only (a newer engine to look at again)."""
+        import numpy as np
+        og = self.og
+        engine = og.Engine(self.model)
+        most = engine.max_draft_tokens_per_proposal()
+        request = engine.create_request()
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(4)
+        request.begin_turn(np.array([0, 1], dtype=np.int32), turn)
+        engine.run(engine.create_event_buffer(16))     # the prefill: then ready to decode
+        request.set_draft_tokens(np.array([0], dtype=np.int32))
+        raise RuntimeError(f"onnxruntime-genai took a caller draft (max_draft_tokens_per_proposal"
+                           f" {most}): the kit's worker does not drive its Engine API yet")
 
     def generate(self, prompt, params):
         """Pieces until max_tokens, a stop id, or an end of sequence asked as a stop id."""
@@ -221,7 +287,9 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
     session = {"model": str(models_dir(export_dir) / folder(method)),
                "vocab_size": config["vocab_size"], "eos": eos_id(config),
                "k": None if method is None else method.k,
-               "ngram": NGRAM if method is not None and method.drafter.lookup else None}
+               "ngram": NGRAM if method is not None and method.drafter.lookup else None,
+               # the kit's own drafts go through the Engine API (refused here: Session)
+               "caller_drafts": method is not None and isinstance(method.drafter, Scripted)}
     return python_api.worker((env or RECIPE).python, Path(__file__).resolve(), session, port,
                              env={"OMP_NUM_THREADS": "1"})
 
