@@ -15,79 +15,15 @@ rt_info route runs and drafts.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from openvino_tiny import (DEVICE, add_special_token, config, convert_command, ids,  # noqa: E402
-                           versions)
-from tiny import _config, tiny_models  # noqa: E402
+from openvino_tiny import DEVICE, config, eagle3_models, ids, versions  # noqa: E402
 
 LAYERS = [0, 1, 2]          # the outputs of target layers 0, 1, 2 (of 4)
 PROMPT = [0, 1, 2, 3, 4, 5, 6, 7]
-
-
-def write_target(root: Path) -> Path:
-    """../tiny.py's target folder (its tokenizer) with a 4-layer target in it: OpenVINO's
-    EAGLE-3 reads three distinct layers, which a 2-layer model does not have."""
-    import torch
-    from transformers import Qwen3ForCausalLM
-    target, _ = tiny_models(root)
-    torch.manual_seed(2)
-    model = Qwen3ForCausalLM(_config(4)).float()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.ones_like(p) if "norm" in name else torch.randn_like(p) * 0.6)
-    model.save_pretrained(target)
-    return target
-
-
-def write_head(target: Path, out: Path) -> Path:
-    """A random EAGLE-3 head for the target as LlamaForCausalLMEagle3 (fc over three hidden
-    states, one Llama layer whose q/k/v read [embedding, hidden], its own norm and lm_head),
-    with d2t (all 0: the whole vocabulary) and t2d, and the target's tokenizer."""
-    import torch
-    from safetensors.torch import save_file
-    H, V, heads, kv, d, inter = 64, 32, 2, 1, 64, 128
-    torch.manual_seed(3)
-    shapes = {"embed_tokens.weight": (V, H), "fc.weight": (H, 3 * H),
-              "midlayer.self_attn.q_proj.weight": (heads * d, 2 * H),
-              "midlayer.self_attn.k_proj.weight": (kv * d, 2 * H),
-              "midlayer.self_attn.v_proj.weight": (kv * d, 2 * H),
-              "midlayer.self_attn.o_proj.weight": (H, heads * d),
-              "midlayer.mlp.gate_proj.weight": (inter, H), "midlayer.mlp.up_proj.weight": (inter, H),
-              "midlayer.mlp.down_proj.weight": (H, inter), "lm_head.weight": (V, H)}
-    state = {k: torch.randn(s) * 0.2 for k, s in shapes.items()}
-    for norm in ("midlayer.input_layernorm", "midlayer.hidden_norm",
-                 "midlayer.post_attention_layernorm", "norm"):
-        state[f"{norm}.weight"] = torch.ones(H)
-    state["d2t"] = torch.zeros(V, dtype=torch.int64)
-    state["t2d"] = torch.ones(V, dtype=torch.bool)
-    out.mkdir(parents=True)
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "vocab_size": V,
-        "draft_vocab_size": V, "hidden_size": H, "target_hidden_size": H,
-        "intermediate_size": inter, "num_hidden_layers": 1, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "head_dim": d, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "max_position_embeddings": 2048, "tie_word_embeddings": False,
-        "attention_bias": False, "mlp_bias": False, "torch_dtype": "float32",
-        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (target / name).exists():
-            (out / name).write_bytes((target / name).read_bytes())
-    return out
-
-
-def convert(model: Path, out: Path, *extra: str) -> Path:
-    argv = convert_command(model, out)
-    done = subprocess.run(argv[:-1] + list(extra) + argv[-1:], capture_output=True, text=True)
-    if done.returncode != 0 or not (out / "openvino_model.xml").exists():
-        sys.exit(f"optimum-cli failed on {model}:\n{done.stderr[-3000:]}")
-    return out
 
 
 def with_rt_info(head: Path, out: Path, layers) -> Path:
@@ -117,12 +53,7 @@ def attempt(target: Path, head: Path, **draft_options):
 def main() -> int:
     print(versions())
     root = Path(tempfile.mkdtemp(prefix="ov-eagle3-layers-"))
-    target_hf = write_target(root / "hf")
-    add_special_token(target_hf)
-    head_hf = write_head(target_hf, root / "hf" / "head")
-    target = convert(target_hf, root / "ir" / "target")
-    # optimum-intel loads the head through its own LlamaEagle3ForCausalLM, as remote code
-    head = convert(head_hf, root / "ir" / "head", "--trust-remote-code")
+    target, head = eagle3_models(root)
     print(f"target: 4 Qwen3 layers; head: EAGLE-3 (LlamaForCausalLMEagle3); "
           f"hidden_layers_list {LAYERS}; greedy, num_assistant_tokens 4, prompt {PROMPT}")
     listed = attempt(target, head, hidden_layers_list=LAYERS)
