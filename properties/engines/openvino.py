@@ -35,8 +35,9 @@ method's LLMPipeline (which is itself that pipeline behind an adapter,
 src/cpp/src/llm/pipeline_continuous_batching_adapter.hpp); a request alone keeps LLMPipeline.
 
 EAGLE-3 (issue 40), read from openvino.genai's source (src/cpp/src/speculative_decoding/:
-eagle3_model_transforms.cpp, continuous_batching/eagle3_strategy.cpp; the tag 2026.3.0's tree,
-the 2026.4.1 wheel's messages the same) and optimum-intel 2.2.0's exporter:
+eagle3_model_transforms.cpp, continuous_batching/eagle3_strategy.cpp; the tree of 2026-08-21,
+whose eagle3_model_transforms.cpp the 2026.4.1 wheel's messages cite line for line: 35, 57, 72,
+314) and optimum-intel 2.2.0's exporter:
 
 - the draft is a ``LlamaForCausalLMEagle3`` checkpoint converted by ``optimum-cli export
   openvino --task text-generation-with-past --trust-remote-code`` (optimum-intel loads it
