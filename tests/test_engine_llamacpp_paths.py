@@ -64,6 +64,31 @@ def test_draft_models_and_synthetic_acceptance_carry_theirs():
         engine.command(None, "/export", odd, 8000)
 
 
+def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
+    """draft-eagle3 with -md (without it llama.cpp accepts the type and never drafts: the
+    finding under tests/findings/llamacpp_spec_type_ignored_without_draft/), k proposals every
+    round; its head's conversion passes the target's folder (--target-model-dir)."""
+    assert spec_tail("eagle3") == [
+        "-md", "/export/gguf/head-eagle3-llama.gguf", "--spec-type", "draft-eagle3",
+        "--spec-draft-n-max", "4", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
+        "-td", "1"]
+    drafter = get("llamacpp").method("eagle3").drafter
+    assert (drafter.kind, drafter.qk_norm, drafter.hidden.layers, drafter.hidden.where) == (
+        "eagle3", False, (0, 1, 1), "input")
+    # the pre-final-norm state (aux id = the target's depth) is a method of its own: llama.cpp
+    # leaves it unwritten for a Qwen3 target (tests/findings/llamacpp_eagle3_last_layer/)
+    last = get("llamacpp").method("eagle3-last-layer").drafter
+    assert last.hidden.layers == (0, 1, 2) and last.head != drafter.head
+    steps = {what: [str(a) for a in step.argv]
+             for what, step in engine.prepare_commands(None, "/export")}
+    heads = [argv for what, argv in steps.items() if "head" in what]
+    assert sorted(argv[3:] for argv in heads) == [
+        [f"/export/{h}", f"/export/gguf/{h}.gguf", "/export/target"]
+        for h in ("head-eagle3-llama", "head-eagle3-llama-last")]
+    # the models' conversions take no target
+    assert all(len(argv) == 5 for what, argv in steps.items() if "head" not in what)
+
+
 def test_a_lookup_declared_elsewhere_still_gets_ngram_simple_with_its_k():
     method = Method("lookup-3", "x", Lookup(1, 3), 3)
     argv = [str(a) for a in engine.command(None, "/export", method, 8000).argv]

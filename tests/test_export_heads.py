@@ -99,7 +99,7 @@ def test_the_config_holds_what_the_loaders_read(exported):
     llama = json.loads((exported["llamacpp:eagle3"] / "config.json").read_text())
     assert llama["architectures"] == ["LlamaForCausalLMEagle3"]
     assert llama["draft_vocab_size"] == llama["vocab_size"] and llama["num_hidden_layers"] == 1
-    assert llama["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    assert llama["eagle_aux_hidden_state_layer_ids"] == [0, 1, 1]
     state = _safetensors().load_file(str(exported["llamacpp:eagle3"] / "model.safetensors"))
     assert not [n for n in state if "q_norm" in n or "k_norm" in n] and "fc.weight" in state
     medusa = json.loads((exported["vllm:medusa"] / "config.json").read_text())

@@ -103,6 +103,14 @@ def test_signature_is_the_first_exception_without_numbers():
                "RecursionError: maximum recursion depth exceeded\n"
                "ERROR [w.py:1] RuntimeError: index 1478550240 is out of bounds for dimension 1\n")
     assert signature(ignored) == "RuntimeError: index N is out of bounds for dimension N"
+    # llama.cpp's GGML_ABORT: its message, before the backtrace's frames (seen 2026-12-07 with
+    # draft-eagle3 under sampled requests; the path and line dropped)
+    ggml = ("0.20.693 I slot launch_slot_: id  2 | task 1501 | processing task\n"
+            "/work/x/llamacpp/src/common/common.cpp:2158: get_sub_batch: failed to add token "
+            "1089071581 at index 0 (error -2, n = 2)\n\n"
+            "#2  0x00007fefe794e7de in ggml_abort () from libggml-base.so.0\n")
+    assert signature(ggml) == ("get_sub_batch: failed to add token N at index N (error -N, "
+                               "n = N)")
 
 
 def kit_run(tmp_path, method, families, *more):

@@ -13,8 +13,9 @@ Every `--spec-type` of the built version that runs on the kit's models here is a
 (ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: what each proposes and keeps is written
 beside its drafter below, from the vendored source) and synthetic acceptance
 (`--spec-synth-rates`), which the engine names "benchmarking only" and lossy; draft-eagle3
-with the kit's EAGLE-3 head (a Llama layer, the only EAGLE-3 layer llama.cpp computes),
-converted to GGUF by the vendored converter beside the target. draft-mtp, draft-dflash and
+with the kit's EAGLE-3 heads (a Llama layer, the only EAGLE-3 layer llama.cpp computes),
+converted to GGUF by the vendored converter beside the target: `eagle3` on target layers' inputs,
+`eagle3-last-layer` with the pre-final-norm state too (EAGLE3_HIDDEN below). draft-mtp, draft-dflash and
 draft-dspark need heads of target architectures the kit's Qwen3 target is not (CONFORMANCE.md,
 "llama.cpp's other speculative paths").
 """
@@ -113,15 +114,19 @@ SYNTHETIC_WORDS = ("llama.cpp's --spec-synth-rates is \"benchmarking only\" (lla
 # The hidden states llama.cpp feeds an EAGLE-3 head (common/speculative.cpp, the eagle3
 # drafter's begin and process): for each of the head's three `target_layers` ids l below the
 # target's depth N, the input of target layer l (llama_set_embeddings_layer_inp; the Qwen3
-# graph records inpL, the residual stream entering the layer: src/models/qwen3.cpp), and for
-# l = N the state before the final norm (llama_get_embeddings_nextn). That is
-# reference.hidden's where="input" for l = 0 .. N, vLLM's convention too. The served target
-# has N = 2 layers, so (0, 1, 2) reads both of llama.cpp's paths. Each round pairs g_j = fc(the
-# target's features at j) with token j + 1 and chains the draft layer's pre-norm output
-# (speculative.cpp: "at memory pos P the input pair is (token[P+1], g_embd[P])"), as
-# reference/heads/eagle3.py does; the proposal is the draft sampler's top candidate, k of them
-# with --spec-draft-p-min 0.
-EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
+# graph records inpL, the residual stream entering the layer: src/models/qwen3.cpp:72), and for
+# l = N the state before the final norm (llama_set_embeddings_nextn). That is reference.hidden's
+# where="input" for l = 0 .. N, vLLM's convention too. Each round pairs g_j = fc(the target's
+# features at j) with token j + 1 and chains the draft layer's pre-norm output (speculative.cpp:
+# "at memory pos P the input pair is (token[P+1], g_embd[P])"), as reference/heads/eagle3.py
+# does; the proposal is the draft sampler's top candidate, k of them with --spec-draft-p-min 0.
+# Measured 2026-12-07 on the served target (N = 2): with ids (0, 1, 1) the engine's counts over
+# the launcher's 4 greedy requests equal the kit's float64 replay (271 drafted / 52 accepted);
+# with (0, 1, 2) they do not (444 / 3, another run 394 / 17): the Qwen3 graph never sets the
+# pre-norm state that id N reads (res->t_h_nextn is set only by MTP-capable graphs), so the
+# head drafts from a buffer nothing writes (tests/findings/llamacpp_eagle3_last_layer/).
+EAGLE3_HIDDEN = HiddenStates((0, 1, 1), "input")
+EAGLE3_LAST_HIDDEN = HiddenStates((0, 1, 2), "input")
 
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
@@ -145,8 +150,13 @@ METHODS = {m.name: m for m in (
            f"(--spec-synth-rates {','.join(map(str, SYNTHETIC_RATES))}): lossy by design",
            EARLY_EXIT, K, lossy=SYNTHETIC_WORDS),
     Method("eagle3", "EAGLE-3 head (draft-eagle3; seeded random init, a Llama layer) reading "
-                     "the inputs of target layers 0, 1 and the pre-final-norm state",
-           HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False), K),
+                     "the inputs of target layers 0, 1, 1",
+           HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False, replays=True), K),
+    Method("eagle3-last-layer", "EAGLE-3 head (draft-eagle3; seeded random init, a Llama layer) "
+                                "reading the inputs of target layers 0, 1 and the pre-final-norm "
+                                "state (aux id 2, the target's depth)",
+           HeadDraft("eagle3", "head-eagle3-llama-last", EAGLE3_LAST_HIDDEN, qk_norm=False,
+                     replays=True), K),
 )}
 # the --spec-* options of each method that drafts from the context (a draft model's are built
 # in spec_options)

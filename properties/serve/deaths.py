@@ -51,6 +51,10 @@ _FRAME = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 _IGNORED = re.compile(r"^Exception ignored in\b")
 _FATAL = re.compile(r"(?i)\b(abort(ed)?|segmentation fault|core dumped|assert(ion)? failed|"
                     r"terminate called|fatal)\b.*")
+# ggml's GGML_ABORT and GGML_ASSERT (llama.cpp) print "SOURCE.cpp:LINE: message" and then a
+# backtrace whose frames name ggml_abort, which \babort\b does not match: the message is the
+# crash, without the path (machines differ) and the line (versions differ)
+_GGML = re.compile(r"^\S+\.(?:c|cc|cpp|h|hpp):\d+: (.+)$")
 
 
 def signature(log_text: str) -> str:
@@ -81,9 +85,9 @@ def signature(log_text: str) -> str:
             break
     if not found:
         for line in lines:
-            match = _FATAL.search(line)
+            match = _GGML.search(line.strip()) or _FATAL.search(line)
             if match:
-                found = match.group(0)
+                found = match.group(1) if match.re is _GGML else match.group(0)
                 break
     found = re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?", "N", found).strip()
     return (found[:300] + frame) if found else "no error line in the server's log"
