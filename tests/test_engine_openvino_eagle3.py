@@ -66,7 +66,13 @@ def test_the_methods_as_declared():
     assert made.drafter.hidden == HiddenStates(tuple(config["hidden"]["layers"]),
                                                config["hidden"]["where"])
     assert openvino.openvino_layers(made.drafter.hidden) == (0, 2, 4)
-    assert set(openvino.HEADS) == {"head-eagle3-llama", "head-eagle3-llama-trained"}
+    assert set(openvino.HEADS) == {"head-eagle3-llama", "head-eagle3-llama-trained",
+                                   "head-eagle3-llama-trained-large"}
+    large = json.loads((Path(trained.pair_of("trained-large").path) / "eagle3" / "config.json")
+                       .read_text())
+    assert (openvino.METHODS["eagle3-trained-large"].drafter.hidden
+            == HiddenStates(tuple(large["hidden"]["layers"]), large["hidden"]["where"]))
+    assert openvino.openvino_layers(openvino.EAGLE3_TRAINED_LARGE_HIDDEN) == (0, 3, 6)
     assert openvino.SERVED_HEADS == ("head-eagle3-llama",)
 
 

@@ -131,6 +131,9 @@ def _methods() -> dict:
 # the trained head's convention (reference/trained/eagle3: the inputs of layers 1, 3, 5 of the
 # 6-layer trained target), which OpenVINO reads as hidden_layers_list [0, 2, 4]
 EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
+# the weight-bound pair's head (reference/trained-large/eagle3: the inputs of layers 1, 4, 7 of
+# its 8-layer target), read as hidden_layers_list [0, 3, 6]
+EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
 # the kit's served head for the 2-layer target (llama.cpp's: the inputs of layers 0, 1, 2)
 EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
 # the engine's words when the 2-layer served target is asked for any three layers (run here
@@ -166,6 +169,14 @@ def _head_methods() -> dict:
                                          "4 (--models trained; default SchedulerConfig)",
                        HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
                                  trained_only=True, qk_norm=False), K),
+        # the weight-bound pair's head reads other layers, so it is a method of its own
+        OpenVINOMethod("eagle3-trained-large",
+                       "EAGLE-3: the weight-bound pair's trained head in a Llama layer (q/k norm "
+                       "dropped) on its target's layer outputs 0, 3, 6 (--models trained-large; "
+                       "default SchedulerConfig)",
+                       HeadDraft("eagle3", "head-eagle3-llama-trained-large",
+                                 EAGLE3_TRAINED_LARGE_HIDDEN, trained_only=True, qk_norm=False),
+                       K),
     )}
 
 
