@@ -74,6 +74,14 @@ def test_the_methods_as_declared():
             == HiddenStates(tuple(large["hidden"]["layers"]), large["hidden"]["where"]))
     assert openvino.openvino_layers(openvino.EAGLE3_TRAINED_LARGE_HIDDEN) == (0, 3, 6)
     assert openvino.SERVED_HEADS == ("head-eagle3-llama",)
+    # no other engine's head method names the same folder with another head
+    from properties import engines
+    for name in engines.available():
+        for m in engines.get(name).methods.values():
+            if isinstance(m.drafter, HeadDraft) and m.drafter.head in openvino.HEADS:
+                ours = openvino.head_of(m.drafter.head)
+                assert ((m.drafter.kind, m.drafter.hidden, m.drafter.qk_norm)
+                        == (ours.kind, ours.hidden, ours.qk_norm)), (name, m.name)
 
 
 def test_the_trained_head_in_a_llama_layer_is_the_trained_weights_without_qk_norm():
@@ -149,7 +157,9 @@ def test_the_prepare_steps_of_a_head(exported):
     # a recipe without an export lists the kit's served head, whose ids the engine refuses
     recipe = [[str(a) for a in step.argv] for _, step in
               openvino.prepare_commands(None, Path("/nonexistent"))]
-    assert recipe[-1][-1] == "-1 0 1"
+    kit = openvino.METHODS["eagle3"].drafter
+    assert recipe[-1][-1] == " ".join(map(str, openvino.openvino_layers(kit.hidden)))
+    assert recipe[-1][-1].startswith("-1 ")     # the embeddings: no id the engine finds
 
 
 def test_the_staging_command_line():

@@ -89,6 +89,7 @@ from pathlib import Path
 from properties.adapters.dialects import read_prometheus
 from properties import methods
 from properties.engines import Command, Engine, EngineMissing, Method, inprocess, python_api
+from properties.engines import llamacpp
 from properties.engines.local import engines_dir, output
 from properties.methods import HeadDraft
 from reference.hidden import HiddenStates
@@ -134,8 +135,10 @@ EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
 # the weight-bound pair's head (reference/trained-large/eagle3: the inputs of layers 1, 4, 7 of
 # its 8-layer target), read as hidden_layers_list [0, 3, 6]
 EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
-# the kit's served head for the 2-layer target (llama.cpp's: the inputs of layers 0, 1, 2)
-EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
+# the kit's served Llama-layer head for the 2-layer target: llama.cpp's (one export folder holds
+# one head, and any head of that target is refused here alike: _head_methods), without its
+# replays flag, which was measured on llama.cpp
+SERVED_LLAMA_HEAD = replace(llamacpp.METHODS["eagle3"].drafter, replays=False)
 # the engine's words when the 2-layer served target is asked for any three layers (run here
 # 2026-12-07 on 2026.4.1.0, rt_info hidden_layers_list set as the kit sets it)
 EAGLE3_REFUSED = (
@@ -162,10 +165,10 @@ def _head_methods() -> dict:
     launcher's runs (48 tokens): eagle3-trained 313 / 102 against the exact 314 / 103, prompt 3
     finding 5's; eagle3-trained-large 377 / 88 against 378 / 89, prompt 2 finding 5's."""
     return {m.name: m for m in (
-        OpenVINOMethod("eagle3", "EAGLE-3 head (seeded random init, a Llama layer) reading the "
-                                 "inputs of target layers 0, 1, 2 (default SchedulerConfig)",
-                       HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False), K,
-                       refused=EAGLE3_REFUSED),
+        OpenVINOMethod("eagle3", f"EAGLE-3 head (seeded random init, a Llama layer: llama.cpp's "
+                                 f"{SERVED_LLAMA_HEAD.head}) reading the "
+                                 f"{SERVED_LLAMA_HEAD.hidden.describe()} (default SchedulerConfig)",
+                       SERVED_LLAMA_HEAD, K, refused=EAGLE3_REFUSED),
         OpenVINOMethod("eagle3-trained", "EAGLE-3: the trained head in a Llama layer (q/k norm "
                                          "dropped) on the trained target's layer outputs 0, 2, "
                                          "4 (--models trained; default SchedulerConfig)",
