@@ -127,6 +127,12 @@ SYNTHETIC_WORDS = ("llama.cpp's --spec-synth-rates is \"benchmarking only\" (lla
 # head drafts from a buffer nothing writes (tests/findings/llamacpp_eagle3_last_layer/).
 EAGLE3_HIDDEN = HiddenStates((0, 1, 1), "input")
 EAGLE3_LAST_HIDDEN = HiddenStates((0, 1, 2), "input")
+# the trained pairs' heads (make models-heads, models-large-head) read the inputs of layers 1, 3, 5
+# of the 6-layer target and 1, 4, 7 of the 8-layer one; trained as Qwen3 layers, they are served
+# as Llama layers (properties/export/heads.py llama_layer: the same weights without the q/k
+# norm, replayed as such)
+EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
+EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
 
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
@@ -157,6 +163,14 @@ METHODS = {m.name: m for m in (
                                 "state (aux id 2, the target's depth)",
            HeadDraft("eagle3", "head-eagle3-llama-last", EAGLE3_LAST_HIDDEN, qk_norm=False,
                      replays=True), K),
+    Method("eagle3-trained", "EAGLE-3: the trained pair's head in a Llama layer (--models "
+                             "trained)",
+           HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
+                     trained_only=True, qk_norm=False), K),
+    Method("eagle3-trained-large", "EAGLE-3: the weight-bound pair's trained head in a Llama "
+                                   "layer (--models trained-large)",
+           HeadDraft("eagle3", "head-eagle3-llama-trained-large", EAGLE3_TRAINED_LARGE_HIDDEN,
+                     trained_only=True, qk_norm=False), K),
 )}
 # the --spec-* options of each method that drafts from the context (a draft model's are built
 # in spec_options)
@@ -434,7 +448,9 @@ def prepare(env: Environment, export_dir, log) -> None:
     # uses; the launcher exports a head method's head alone)
     drafts = tuple(d for d in ("draft-early-exit", "draft-random", "draft-small")
                    if (Path(export_dir) / d / "config.json").exists())
-    heads = tuple(h for h in HEADS if (Path(export_dir) / h / "config.json").exists())
+    heads = tuple(sorted({m.drafter.head for m in METHODS.values()
+                          if isinstance(m.drafter, HeadDraft)
+                          and (Path(export_dir) / m.drafter.head / "config.json").exists()}))
     for what, step in prepare_commands(env, export_dir, drafts, heads):
         if Path(step.argv[4]).exists():     # [python, driver, source, model, outfile, ...]
             continue
