@@ -2,17 +2,18 @@
 
 The weight-bound target (reference/trained-large/, 15M parameters) drafts with its EAGLE-3 head
 (reference/trained-large/eagle3/, fast/head.py: fed by the hidden states of the target's own
-verify forwards), k = 4, on held-out prompts (48 tokens, 64 new tokens, four prompts one after
-another), greedy and at T = 1, against plain decoding (fast/plain.py: the same kernels, cache
-and sampler), alternating as fast/test_bench_trained.py's side_by_side does, on one intra-op
+verify forwards), k = 4 and 3, on held-out prompts (48 tokens, 64 new tokens, four prompts one
+after another), greedy and at T = 1, against plain decoding (fast/plain.py: the same kernels,
+cache and sampler), alternating as fast/test_bench_trained.py's side_by_side does, on one intra-op
 thread (fast/conftest.py). Greedy outputs are checked equal to plain decoding. Goal (issue 41):
->= 2.0x at both temperatures.
+>= 2.0x at both temperatures (at either k: KS says why both are measured).
 
 Why a ratio is what it is, printed beside it: a round costs one verify of k + 1 tokens and the
 head's drafting (its k steps: one over the round's newly verified pairs, then k - 1 of one row),
 in target-decode-step units from test_h_step_costs (paired medians, as test_t_fast_step_costs);
 it yields the tokens per target call, so head / plain <= tokens per call / (verify + drafting).
-Where the goal is missed the run prints that arithmetic and the acceptance it came from.
+Where the goal is missed the run prints that arithmetic and the acceptance it came from, by
+position. test_h_draft_vocab measures EAGLE-3's draft vocabulary (a cheaper lm_head) that way.
 """
 
 import time
@@ -28,6 +29,10 @@ pretrained = pytest.importorskip("reference.pretrained")
 
 TEMPERATURES = (0.0, 1.0)
 GOAL = (2.0, ">= 2.0")
+# Round sizes: k = 4, the figure the goal was set at, and k = 3: a head step costs about a fifth
+# of a decode step here, so the fourth proposal (accepted in about a fifth of the rounds) costs
+# about what it yields; which k pays more is measured, not assumed.
+KS = (K, 3)
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +46,16 @@ def pair():
     return loaded
 
 
+def cost_name(what: str, k: int) -> str:
+    """The name of a step cost of round size k: "verify" / "drafting" at k = K as before."""
+    return what if k == K else f"{what} k={k}"
+
+
 def head_step_costs(pair, head, rounds: int) -> dict:
-    """Seconds per round of a target decode step, a verify of k + 1 tokens, the head's drafting
-    of k proposals and one head step of one row, batch 1, after a 48-token prompt, in rounds
-    where the pairs (verify, drafting) and (decode, head step) swap places every round."""
+    """Seconds per round of a target decode step, one head step of one row, and for each k of
+    KS a verify of k + 1 tokens and the head's drafting of k proposals right after it, batch
+    1, after a 48-token prompt, in rounds where the verifies and draftings swap places with
+    (decode, head step) every round."""
     from fast.head import HeadDrafter
     from fast.sampling import Sampler
     from fast.weights import model_weights
@@ -61,22 +72,27 @@ def head_step_costs(pair, head, rounds: int) -> dict:
     H = pair.target.config.hidden_size
     h = torch.zeros(1, 1, H)
 
-    def drafting():
-        # a typical round: 3 of the last round's k + 1 pairs verified, then k proposals
-        drafter.start, drafter.pending = lengths - 3, features[:, -(K + 1):]
-        drafter.next_tokens = prompts[:, -(K + 1):]
-        drafter.propose(rows, lengths, K, sampler, 48 + K + 1)
+    def drafting(k):
+        # a typical round: all but 2 of the last round's k + 1 pairs verified, then k proposals
+        def run():
+            drafter.start, drafter.pending = lengths - k + 1, features[:, -(k + 1):]
+            drafter.next_tokens = prompts[:, -(k + 1):]
+            drafter.propose(rows, lengths, k, sampler, 48 + k + 1)
+        return run
+
+    def verify(k):
+        return lambda: target.chain(prompts[:, :k + 1], lengths, 48 + k + 1, "all")
 
     steps = {"decode": lambda: target.chain(prompts[:, :1], lengths, 49, "last"),
-             "verify": lambda: target.chain(prompts[:, :K + 1], lengths, 48 + K + 1, "all"),
-             "drafting": drafting,
              "head step": lambda: drafter._step(prompts[:, :1], h, lengths, 49, None)}
+    for k in KS:
+        steps[cost_name("verify", k)], steps[cost_name("drafting", k)] = verify(k), drafting(k)
     seconds = {name: [] for name in steps}
-    # drafting always right after a verify, as in a round: the verify streams the target's
+    # drafting always right after its verify, as in a round: the verify streams the target's
     # weights through the caches, so the head's are read from memory again (timed after a
     # decode step instead, the head's steps look cheaper than any round sees them)
-    orders = [["decode", "head step", "verify", "drafting"],
-              ["verify", "drafting", "decode", "head step"]]
+    rounds_of = [cost_name(what, k) for k in KS for what in ("verify", "drafting")]
+    orders = [["decode", "head step"] + rounds_of, rounds_of + ["decode", "head step"]]
     with torch.no_grad():
         for _ in range(rounds):
             orders.reverse()
@@ -99,13 +115,15 @@ def test_h_step_costs(benchmark, figures, pair):
     if benchmark.disabled:
         return
     seconds = measured
-    for name in ("verify", "drafting", "head step"):
+    what = {"head step": "head step of one row"}
+    for k in KS:
+        what[cost_name("verify", k)] = f"verify of {k + 1} tokens"
+        what[cost_name("drafting", k)] = f"head drafting of k={k}"
+    for name in what:
         cost = paired(seconds[name], seconds["decode"])
         figures.put(f"h/{name}", cost)
-        what = {"verify": f"verify of {K + 1} tokens", "drafting": f"head drafting of k={K}",
-                "head step": "head step of one row"}[name]
-        figures.ratio(benchmark, f"(h) large, fast, {what} / target decode step, B=1", cost,
-                      None, None, f"medians {ms(seconds[name]):.2f} vs "
+        figures.ratio(benchmark, f"(h) large, fast, {what[name]} / target decode step, B=1",
+                      cost, None, None, f"medians {ms(seconds[name]):.2f} vs "
                       f"{ms(seconds['decode']):.2f} ms")
 
 
@@ -138,10 +156,12 @@ def by_position(accepted: list, k: int) -> list:
 
 
 @pytest.mark.parametrize("temperature", TEMPERATURES)
-def test_h_head(benchmark, figures, pair, temperature):
+@pytest.mark.parametrize("k", KS)
+def test_h_head(benchmark, figures, pair, k, temperature):
     from fast.head import HeadDrafter
     chunks, new = workload(benchmark, pair, 1)
-    benchmark.group = f"(h) large pair, fast, head, B=1, T={temperature:g}"
+    size = "" if k == K else f", k={k}"
+    benchmark.group = f"(h) large pair, fast, head{size}, B=1, T={temperature:g}"
     counts = {}
 
     def plain():
@@ -150,17 +170,20 @@ def test_h_head(benchmark, figures, pair, temperature):
 
     def speculative():
         g = torch.Generator().manual_seed(0)
-        runs = [fast.batched_generate(pair.target, HeadDrafter(pair.head), c, new, k=K,
+        runs = [fast.batched_generate(pair.target, HeadDrafter(pair.head), c, new, k=k,
                                       temperature=temperature, generator=g) for c in chunks]
         counts.update(accepted=sum(s["accepted"] for _, s in runs),
                       proposed=sum(s["proposed"] for _, s in runs))
         return [row for out, _ in runs for row in out], sum(s["row_rounds"] for _, s in runs)
 
-    verify, drafting = figures.get("h/verify"), figures.get("h/drafting")
+    verify = figures.get("h/" + cost_name("verify", k))
+    drafting = figures.get("h/" + cost_name("drafting", k))
     bound = None if verify is None else (lambda per_call: per_call / (verify + drafting))
-    label = f"(h) large, fast, head / plain, tokens/s, B=1, T={temperature:g}"
+    label = f"(h) large, fast, head{size} / plain, tokens/s, B=1, T={temperature:g}"
     side_by_side(benchmark, figures, label, plain, speculative, temperature, GOAL, bound)
-    figures.put(f"h/per_call/T={temperature:g}", benchmark.extra_info.get("tokens_per_target_call"))
+    if k == K:
+        figures.put(f"h/per_call/T={temperature:g}",
+                    benchmark.extra_info.get("tokens_per_target_call"))
     ratio = benchmark.extra_info.get("ratio")
     if ratio is None or ratio >= GOAL[0]:
         return
@@ -169,21 +192,21 @@ def test_h_head(benchmark, figures, pair, temperature):
     # timed runs' rounds)
     per_call = benchmark.extra_info["tokens_per_target_call"]
     _, accepted = accepted_by_round(speculative)
-    positions = by_position(accepted, K)
+    positions = by_position(accepted, k)
     acceptance = counts["accepted"] / counts["proposed"]
-    why = (f"acceptance {acceptance:.3f} at k={K} (by position "
+    why = (f"acceptance {acceptance:.3f} at k={k} (by position "
            + " ".join(f"{a:.2f}" for a in positions)
            + f") gives {per_call:.2f} tokens per target call"
            + ("" if bound is None else
               f"; a round costs verify {verify:.2f} + head drafting {drafting:.2f} = "
               f"{verify + drafting:.2f} decode steps, so at most {bound(per_call):.2f}x (with "
-              f"every proposal accepted {bound(K + 1):.2f}x); "
+              f"every proposal accepted {bound(k + 1):.2f}x); "
               f"{GOAL[0]:.1f}x needs {GOAL[0] * (verify + drafting):.2f} tokens per call at "
               f"this cost, or drafting <= {per_call / GOAL[0] - verify:.2f} decode steps at "
               f"this acceptance"))
     # the summary's line for the arithmetic; this benchmark's JSON keeps its measured ratio
     measured = {key: benchmark.extra_info[key] for key in ("ratio", "target", "met", "note")}
-    figures.ratio(benchmark, f"(h) why T={temperature:g} misses {GOAL[1]}: step-cost bound",
+    figures.ratio(benchmark, f"(h) why{size} T={temperature:g} misses {GOAL[1]}: step-cost bound",
                   bound(per_call) if bound is not None else ratio, None, None, why)
     benchmark.extra_info.update(measured, why_missed=why, acceptance_by_position=positions)
 
