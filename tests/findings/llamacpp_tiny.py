@@ -7,6 +7,8 @@ OUT`): the tokenizer (32 one-character BPE tokens, no merges) needs three things
 converter: its pre-tokenizer hash is unknown (take "default": no split), it has no
 tokenizer.model (answer the sentencepiece attempt as a missing file), and llama.cpp's loader
 wants a merges key that GGUF cannot store empty (write one merge that no token-id prompt uses).
+An EAGLE-3 head converts the same way with its target's folder after OUT (`head_gguf`: the
+converter's --target-model-dir, where the head's tokenizer and target depth are read).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ NEUTRAL = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_pen
            "cache_prompt": False, "return_tokens": True, "stream": False}
 
 
-def convert_in_this_process(source: Path, model: Path, outfile: Path) -> None:
+def convert_in_this_process(source: Path, model: Path, outfile: Path,
+                            target: Path | None = None) -> None:
     sys.path[:0] = [str(source), str(source / "gguf-py")]
     import runpy
 
@@ -60,6 +63,8 @@ def convert_in_this_process(source: Path, model: Path, outfile: Path) -> None:
 
     gguf.SpecialVocab.add_to_gguf = with_one_merge
     sys.argv = ["convert_hf_to_gguf.py", str(model), "--outtype", "f32", "--outfile", str(outfile)]
+    if target is not None:   # an EAGLE-3 head: the converter reads the target's tokenizer and depth
+        sys.argv += ["--target-model-dir", str(target)]
     runpy.run_path(str(source / "convert_hf_to_gguf.py"), run_name="__main__")
 
 
@@ -75,6 +80,18 @@ def tiny_gguf(source: Path, root: Path) -> tuple[Path, Path]:
         if done.returncode != 0 or not gguf.exists():
             sys.exit(f"converting {target} to GGUF failed; see {log}")
     return target, gguf
+
+
+def head_gguf(source: Path, head: Path, target: Path, gguf: Path) -> Path:
+    """Convert an EAGLE-3 head's checkpoint `head` (beside its `target`) to `gguf` (float32)."""
+    if not gguf.exists():
+        log = gguf.with_suffix(".log")
+        with open(log, "wb") as out:
+            done = subprocess.run([sys.executable, __file__, "--convert", str(source), str(head),
+                                   str(gguf), str(target)], stdout=out, stderr=subprocess.STDOUT)
+        if done.returncode != 0 or not gguf.exists():
+            sys.exit(f"converting {head} to GGUF failed; see {log}")
+    return gguf
 
 
 def server_argv(server, gguf: Path, port: int, spec: list, slots: int = 1) -> list:
@@ -159,9 +176,10 @@ def prepare(doc: str, prefix: str):
     return args, server, root, target, gguf
 
 
-__all__ = ["EXACT_FLAGS", "NEUTRAL", "counts", "curl_line", "free_port", "greedy", "healthy",
-           "post", "prepare", "server_argv", "start", "stop", "tiny_gguf", "version"]
+__all__ = ["EXACT_FLAGS", "NEUTRAL", "counts", "curl_line", "free_port", "greedy", "head_gguf",
+           "healthy", "post", "prepare", "server_argv", "start", "stop", "tiny_gguf", "version"]
 
 
-if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--convert":
+# --convert SRC MODEL OUT [TARGET]: TARGET for an EAGLE-3 head (the converter's --target-model-dir)
+if __name__ == "__main__" and len(sys.argv) in (5, 6) and sys.argv[1] == "--convert":
     convert_in_this_process(*(Path(a) for a in sys.argv[2:]))
