@@ -87,6 +87,11 @@ def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
         for h in ("head-eagle3-llama", "head-eagle3-llama-last")]
     # the models' conversions take no target
     assert all(len(argv) == 5 for what, argv in steps.items() if "head" not in what)
+    # the engine's workaround for the abort of tests/findings/llamacpp_eagle3_sampled_abort/:
+    # the same head and options, the draft's sampler on the CPU
+    assert spec_tail("eagle3-cpu-draft-sampling") == spec_tail("eagle3") + [
+        "--no-spec-draft-backend-sampling"]
+    assert (get("llamacpp").method("eagle3-cpu-draft-sampling").drafter == drafter)
 
 
 def test_a_lookup_declared_elsewhere_still_gets_ngram_simple_with_its_k():

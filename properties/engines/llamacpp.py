@@ -158,6 +158,14 @@ METHODS = {m.name: m for m in (
     Method("eagle3", "EAGLE-3 head (draft-eagle3; seeded random init, a Llama layer) reading "
                      "the inputs of target layers 0, 1, 1",
            HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False, replays=True), K),
+    # the same head with the draft's top-k sampled on the CPU (--no-spec-draft-backend-sampling):
+    # the default attaches it to the draft graph as a backend sampler, and requests starting
+    # together abort the server (tests/findings/llamacpp_eagle3_sampled_abort/), which hides
+    # every sampled law; this method is the engine's own workaround, so those laws are judged
+    Method("eagle3-cpu-draft-sampling", "EAGLE-3 head as `eagle3`, the draft's sampler on the "
+                                        "CPU (--no-spec-draft-backend-sampling)",
+           HeadDraft("eagle3", "head-eagle3-llama", EAGLE3_HIDDEN, qk_norm=False, replays=True),
+           K),
     Method("eagle3-last-layer", "EAGLE-3 head (draft-eagle3; seeded random init, a Llama layer) "
                                 "reading the inputs of target layers 0, 1 and the pre-final-norm "
                                 "state (aux id 2, the target's depth)",
@@ -189,6 +197,8 @@ CONTEXT_OPTIONS = {
     # nothing to size: n-gram lengths 1-4 and 8 drafted tokens are fixed in the source
     "ngram-cache": ("--spec-type", "ngram-cache"),
 }
+# the methods whose draft sampler runs on the CPU, not in the draft's graph (see METHODS)
+CPU_DRAFT_SAMPLING = ("eagle3-cpu-draft-sampling",)
 # server slots: requests answered concurrently, as llama-server's default (auto) gives on a
 # small machine; the served_batch family compares answers inside a batch with answers alone
 SLOTS = 4
@@ -492,6 +502,8 @@ def spec_options(method: Method | None, gguf) -> list:
     argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", kind,
             "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
             "--spec-draft-p-min", "0", "-td", "1"]
+    if method.name in CPU_DRAFT_SAMPLING:
+        argv.append("--no-spec-draft-backend-sampling")
     if method.lossy is not None:
         if len(SYNTHETIC_RATES) != method.k:
             raise ValueError(f"method {method.name}: --spec-synth-rates takes one rate per draft "

@@ -18,7 +18,7 @@ from pathlib import Path
 from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
 from properties.methods import (EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, HeadDraft,
-                                Scripted)
+                                Scripted, StatefulLookup)
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
 from reference.hidden import HiddenStates, last_layer
@@ -40,6 +40,12 @@ MEDUSA_HIDDEN = last_layer(2, normed=True)
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
 # acceptance rates, non-increasing, one per draft position
 SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
+# suffix decoding's drafter (the method "suffix" below)
+SUFFIX = StatefulLookup(
+    "up to k tokens continuing the longest suffix of the context found in a suffix tree of the "
+    "prompt and of past responses, where the continuation's frequency passes "
+    "suffix_decoding_min_token_prob (vLLM's suffix, arctic-inference)",
+    "a suffix tree of past responses shared by up to 10,000 requests")
 # the engine's own words for its lossy mode (the docstring of rejection_sample_method and of
 # synthetic_acceptance_rates, vllm/config/speculative.py 0.32.0)
 SYNTHETIC_WORDS = ("vLLM's rejection_sample_method='synthetic' \"accepts draft tokens with a "
@@ -98,6 +104,21 @@ METHODS = {m.name: m for m in (
     Method("medusa", "Medusa: 4 heads (seeded random init) on the target's normed last hidden "
                      "state", HeadDraft("medusa", "head-medusa", MEDUSA_HIDDEN, replays=True),
            K, proposals="greedy"),
+    # suffix decoding (vllm/config/speculative.py _validate_suffix_decoding): proposals from a
+    # suffix tree of the prompt and one of past responses shared by up to 10,000 requests
+    # (suffix_decoding_max_cached_requests), speculating where a continuation's frequency
+    # passes suffix_decoding_min_token_prob: state beside the request, so a StatefulLookup.
+    # Refused by the pinned environment (run of 2026-12-07 14:32, `--speculative-config
+    # {"method": "suffix", "num_speculative_tokens": 4}` on the kit's target)
+    Method("suffix", "suffix decoding (arctic-inference's suffix trees of the prompt and of "
+                     "past responses)", SUFFIX, K,
+           refused="vLLM refuses to start: \"ImportError: Arctic Inference is required for "
+                   "suffix decoding. Install via `pip install arctic-inference==0.1.1`.\" "
+                   "arctic-inference 0.1.1 is an sdist whose build pins torch 2.7.0 and CUDA "
+                   "custom ops beside its suffix-tree extension, and it registers a vLLM plugin "
+                   "written for vLLM 0.9: not installed into the pinned vLLM 0.32.0 environment "
+                   "(an environment that has it runs the recipe, python -m properties.serve "
+                   "recipes DIR)"),
 )}
 # the repository root: vLLM's process imports the scripted proposer from it (custom_class)
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,6 +248,8 @@ def speculative_config(export_dir, method: Method) -> dict:
     """The server's --speculative-config: the drafter, then the options the method object
     declares (its proposal convention, verification rule, lossy mode)."""
     root = Path(export_dir)
+    if method.drafter is SUFFIX:
+        return {"method": "suffix", "num_speculative_tokens": method.k}
     if method.drafter.lookup:
         return {"method": "ngram", "num_speculative_tokens": method.k,
                 "prompt_lookup_max": 3, "prompt_lookup_min": 1}
