@@ -289,3 +289,78 @@ def test_h_draft_vocab(benchmark, figures, pair, token_counts, size):
                    f"{full / (verify + full_drafting):.2f}x"))
         figures.ratio(benchmark, f"(h) draft vocabulary {size}: step-cost bound, "
                       f"T={temperature:g}", bound, None, None, note)
+
+
+def head_walk_ranks(pair, head, prompts, outputs, depth: int) -> list:
+    """For every round start along the greedy outputs (the round whose newest token is the
+    prompt's last or an output token), the rank of the target's next token among the head's
+    logits at each of the round's first `depth` proposals, the earlier ones taken as accepted
+    (reference.heads.replay.round_logits: the head's laws on that path, replayed from the
+    target's features). rows[prompt][i] = [rank at proposal 1, 2, ...]."""
+    from reference.heads.replay import round_logits
+    from reference.hidden import forward_hidden
+    rows = []
+    for prompt, out in zip(prompts, outputs):
+        seq = prompt + out
+        with torch.no_grad():
+            _, features = forward_hidden(pair.target, torch.tensor([seq]),
+                                         pair.target.new_cache(1, len(seq)), head.hidden)
+        ranks = []
+        for i in range(len(out)):
+            n = len(prompt) - 1 + i              # the round's newest token is seq[n]
+            logits = round_logits(head, features[0], seq, n, min(depth, len(seq) - 1 - n))
+            ranks.append([int((row > row[seq[n + 1 + d]]).sum()) for d, row in enumerate(logits)])
+        rows.append(ranks)
+    return rows
+
+
+def walk_tokens_per_call(ranks: list, topk: int, depth: int) -> float:
+    """Greedy tokens per target call of the best tree of this topk and depth with no node
+    budget: a round accepts the target's tokens while each is among the head's topk at its
+    node (the path's nodes are the committed sequence), then adds one. topk 1 is the chain."""
+    calls = tokens = 0
+    for per_start in ranks:
+        i = 0
+        while i < len(per_start):
+            d = 0
+            while d < min(depth, len(per_start[i])) and per_start[i][d] < topk:
+                d += 1
+            i, calls = i + d + 1, calls + 1
+        tokens += len(per_start)
+    return tokens / calls
+
+
+# Trees drawn by the head, bounded before building them (deliverable 2 grows trees from the small
+# draft): tokens per call of top-2 and top-3 trees by depth, against the chain (top-1).
+TREE_DEPTHS = (3, 4, 5)
+
+
+def test_h_tree_bound(benchmark, figures, pair):
+    """The greedy tokens per target call of any tree of the head's top-2 / top-3 children to
+    depth 3-5 with no node budget, beside the chain's (walk_tokens_per_call on the target's
+    greedy outputs; top-1 to depth k is the chain, equal to the measured tokens per call). No
+    timing: the figures are counts. Their use, by arithmetic: a tree pays only if its tokens per
+    call exceed the chain's by more than its verify costs beyond the chain's (past about 8
+    nodes a verify grows with its nodes on this CPU, "Issue 41: dynamic trees")."""
+    from fast.plain import plain_generate
+    chunks, new = workload(benchmark, pair, 1)
+    benchmark.group = "(h) large pair, head-drawn trees, greedy tokens per call bound"
+    prompts = [c[0] for c in chunks]
+    found = {}
+
+    def run():
+        outputs = plain_generate(pair.target, prompts, new)
+        found["ranks"] = head_walk_ranks(pair, pair.head, prompts, outputs, max(TREE_DEPTHS))
+
+    benchmark.pedantic(run, rounds=1, warmup_rounds=0)
+    ranks = found["ranks"]
+    chain = walk_tokens_per_call(ranks, 1, K)
+    if benchmark.disabled:
+        return
+    for topk in (2, 3):
+        for depth in TREE_DEPTHS:
+            per_call = walk_tokens_per_call(ranks, topk, depth)
+            figures.ratio(benchmark, f"(h) head top-{topk} tree, depth {depth}, no budget / "
+                          f"chain k={K}, tokens per call", per_call / chain, None, None,
+                          f"{per_call:.2f} vs {chain:.2f} (a top-{topk} tree of depth {depth} "
+                          f"has up to {sum(topk ** d for d in range(1, depth + 1))} nodes)")

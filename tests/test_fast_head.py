@@ -257,3 +257,24 @@ def test_the_benchmarks_acceptance_by_position_counts_every_round(target, heads)
     full, _ = head(tokens, h, head.new_cache(4))
     mine, _ = cut(tokens, h, cut.new_cache(4))
     assert torch.equal(mine, full[..., ids]) and torch.equal(cut.draft_to_target, ids)
+
+
+def test_the_benchmarks_tree_bound_walks_the_chain_as_the_engine_runs_it(target, heads):
+    """fast/test_bench_head.py's walk: with top-1 children to depth k it is the chain, so its
+    tokens per call are the engine's own on the same prompts (greedy); wider trees accept at
+    least as much; and the walk's counting on ranks written by hand."""
+    from types import SimpleNamespace
+    from fast.test_bench_head import head_walk_ranks, walk_tokens_per_call
+    head, k = heads["eagle3"], 3
+    prompts = PROMPTS[:3]
+    outputs = [target_greedy(target, p, 14) for p in prompts]
+    ranks = head_walk_ranks(SimpleNamespace(target=target), head, prompts, outputs, k + 1)
+    rounds = 0
+    for prompt in prompts:
+        _, stats = fast.batched_generate(target, HeadDrafter(head), [prompt], 14, k=k)
+        rounds += stats["rounds"]
+    assert walk_tokens_per_call(ranks, 1, k) == 14 * len(prompts) / rounds
+    assert walk_tokens_per_call(ranks, 2, k) >= walk_tokens_per_call(ranks, 1, k)
+    by_hand = [[[0, 0, 3], [0], [0], [0]]]      # one prompt, four output tokens
+    assert walk_tokens_per_call(by_hand, 1, 4) == 4 / 2     # rounds take 3, then 1 (+ its bonus)
+    assert walk_tokens_per_call(by_hand, 4, 4) == 4 / 1
