@@ -63,6 +63,10 @@ class Dialect:
     # parameters its API cannot take at all (-> why), and those it refuses under speculation
     unsupported: dict = field(default_factory=dict)
     refused: dict = field(default_factory=dict)
+    # the engine accepts no drafted token after an end-of-sequence id and counts a drafted one
+    # only as its round's last proposal (properties/acceptance.py replay): its counters of a
+    # request that stopped there are replayed so
+    eos_stops_acceptance: bool = False
 
     # ------------------------------------------------------------------- requests
 

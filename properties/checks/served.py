@@ -432,7 +432,8 @@ def _replay(case, completion, impl, schedule, draft=None):
                               case.max_tokens - done,
                               draft or methods.exact_draft(impl.method.drafter), impl.k,
                               schedule,
-                              produced=length)
+                              produced=length,
+                              eos_stops_acceptance=impl.client.dialect.eos_stops_acceptance)
         drafts, drafted, accepted = drafts + e.drafts, drafted + e.drafted, accepted + e.accepted
         done += length
     return acceptance.Expected(drafts, drafted, accepted)
@@ -514,7 +515,10 @@ def check_perfect_draft(impl, case: ServedCase):
         fail(impl, prop, CHECK_PERFECT_DRAFT, case,
              f"the server drafted no token for a request of {case.max_tokens} tokens: is "
              f"speculation on?")
-    if accepted != drafted:
+    # every proposal accepted, but where the exact replay itself leaves some (an engine that
+    # accepts none after an end of sequence inside a round: acceptance.replay)
+    if accepted != drafted and not any((e.drafted, e.accepted) == (drafted, accepted)
+                                       for e in expected.values()):
         fail(impl, prop, CHECK_PERFECT_DRAFT, case,
              f"{accepted:g} of {drafted:g} drafted tokens accepted (rate "
              f"{accepted / max(drafted, 1):.4f}); a draft identical to the target must be "

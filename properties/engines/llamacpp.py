@@ -234,6 +234,10 @@ class LlamaCpp(Dialect):
     # draft-simple proposes the draft's top candidate (common/speculative.cpp), and the target
     # keeps it while its own sample agrees (common_sampler_sample_and_accept_n): P(accept) = p(x)
     draft_proposals: str = "greedy"
+    # common_sampler_sample_and_accept_n (common/sampling.cpp:694) stops at an end-of-generation
+    # id: "do not accept draft tokens after an EOG ... a trailing EOG is still accepted"; the
+    # kit's continued requests stop at id 11 (EOS_ID), so their rounds are replayed so
+    eos_stops_acceptance: bool = True
 
     def body(self, req: Request, model) -> dict:
         body = {"prompt": list(req.prompt), "n_predict": req.max_tokens,

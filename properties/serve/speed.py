@@ -63,7 +63,8 @@ def exact_counts(engine, method, requests) -> dict | None:
     for prompt, produced in requests:
         e = acceptance.greedy(tuple(prompt), TOKENS, methods.exact_draft(method.drafter),
                               method.k, engine.schedule,
-                              produced=produced if produced < TOKENS else None)
+                              produced=produced if produced < TOKENS else None,
+                              eos_stops_acceptance=engine.dialect.eos_stops_acceptance)
         drafted, accepted = drafted + e.drafted, accepted + e.accepted
     return {"drafted": drafted, "accepted": accepted, "schedule": engine.schedule}
 

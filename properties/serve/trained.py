@@ -108,7 +108,7 @@ class Replay:
 
 
 def replay(ref: Pair, prompt, tokens, max_tokens: int, k: int, schedule: str,
-           pieces=(), head=None) -> Replay:
+           pieces=(), head=None, eos_stops_acceptance: bool = False) -> Replay:
     """The exact rounds of one greedy request whose output was `tokens` (the engine's: where it
     broke a tie the replay follows it), summed over its pieces when the client assembled it
     from several requests (each from the prompt and the tokens so far). `head`: a float64
@@ -136,7 +136,8 @@ def replay(ref: Pair, prompt, tokens, max_tokens: int, k: int, schedule: str,
             ties += sum(g <= LOGIT_TOLERANCE for g in gaps)
             return out
 
-        e = acceptance.replay(path, propose, wanted, k, schedule, produced=length)
+        e = acceptance.replay(path, propose, wanted, k, schedule, produced=length,
+                              eos_stops_acceptance=eos_stops_acceptance)
         drafts, drafted, accepted = drafts + e.drafts, drafted + e.drafted, accepted + e.accepted
         calls += target_calls(e, min(length, wanted), schedule)
         done += length
@@ -210,7 +211,7 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
         # (b) the engine's counts against the exact replay of the same request's rounds
         if replayed and bad is None and len(tokens) <= max_tokens:
             r = replay(ref, prompt, tokens, max_tokens, method.k, engine.schedule, served.pieces,
-                       head)
+                       head, engine.dialect.eos_stops_acceptance)
             e = r.expected
             entry.update(exact_drafted=e.drafted, exact_accepted=e.accepted,
                          exact_rounds=e.drafts, target_calls=r.target_calls,
