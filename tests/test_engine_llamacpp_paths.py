@@ -51,7 +51,7 @@ def test_each_context_method_carries_its_sizes():
 def test_draft_models_and_synthetic_acceptance_carry_theirs():
     draft = ["-md", "/export/gguf/draft-early-exit.gguf", "--spec-type", "draft-simple",
              "--spec-draft-n-max", "4", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
-             "-td", "1"]
+             "-td", "1", "-ctkd", "f32", "-ctvd", "f32"]
     assert spec_tail("draft-early-exit") == draft
     assert spec_tail("draft-early-exit-synthetic") == draft + [
         "--spec-synth-rates", "0.9,0.8,0.7,0.6"]
@@ -71,7 +71,7 @@ def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
     assert spec_tail("eagle3") == [
         "-md", "/export/gguf/head-eagle3-llama.gguf", "--spec-type", "draft-eagle3",
         "--spec-draft-n-max", "4", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0",
-        "-td", "1"]
+        "-td", "1", "-ctkd", "f32", "-ctvd", "f32"]
     drafter = get("llamacpp").method("eagle3").drafter
     assert (drafter.kind, drafter.qk_norm, drafter.hidden.layers, drafter.hidden.where) == (
         "eagle3", False, (0, 1, 1), "input")

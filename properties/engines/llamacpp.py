@@ -503,9 +503,13 @@ def spec_options(method: Method | None, gguf) -> list:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
     kind = "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple"
+    # the draft's KV cache in float32 as the target's (command): its default is float16 apart
+    # from the target's, and with it the target drafting for itself rejected a proposal whose
+    # float64 top-two gap is 4.7e-4 (prompt [2, 2, 2], max_tokens 6: 3 of 4 accepted; 4 of 4
+    # with -ctkd/-ctvd f32, 2026-12-07)
     argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", kind,
             "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
-            "--spec-draft-p-min", "0", "-td", "1"]
+            "--spec-draft-p-min", "0", "-td", "1", "-ctkd", "f32", "-ctvd", "f32"]
     if method.name in CPU_DRAFT_SAMPLING:
         argv.append("--no-spec-draft-backend-sampling")
     if method.lossy is not None:
