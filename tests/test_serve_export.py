@@ -134,8 +134,9 @@ def test_exact_counts_beside_the_engines_own():
     none."""
     from types import SimpleNamespace
     from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, Method
+    from properties.adapters.dialects import Dialect
     from properties.serve import speed
-    engine = SimpleNamespace(schedule="full")
+    engine = SimpleNamespace(schedule="full", dialect=Dialect())
     requests = [(speed.PROMPTS[0], speed.TOKENS)]
     perfect = speed.exact_counts(engine, Method("p", "", PERFECT, 4), requests)
     assert perfect["drafted"] > 0 and perfect["accepted"] == perfect["drafted"]
