@@ -130,5 +130,8 @@ def test_recorded_completion_through_the_end_of_sequence_is_the_targets_greedy_o
 
     class Impl:
         method, k = engine.method("draft-early-exit"), 4
+
+        class client:      # the dialect's end-of-sequence convention: the default, counted on
+            dialect = engine.dialect
     expected = checks._replay(case, completion, Impl, engine.schedule)
     assert (completion.drafted, completion.accepted) == (expected.drafted, expected.accepted)
