@@ -180,3 +180,18 @@ def eagle3_models(root: Path, d2t: bool = True) -> tuple[Path, Path]:
     head_hf = write_head(target_hf, root / "hf" / "head", d2t)
     return (convert(target_hf, root / "ir" / "target"),
             convert(head_hf, root / "ir" / "head", "--trust-remote-code"))
+
+
+def eagle3_greedy(target: Path, head: Path, prompt, max_new_tokens: int = 12, k: int = 4,
+                  **draft_options):
+    """(tokens, drafted, accepted) of one greedy request with the EAGLE-3 head drafting k per
+    round, or the last line of the engine's exception (a refusal is the engine's own words)."""
+    import openvino_genai as genai
+    try:
+        draft = genai.draft_model(str(head), "CPU", **DEVICE, **draft_options)
+        pipe = genai.LLMPipeline(str(target), "CPU", draft_model=draft, **DEVICE)
+        result = pipe.generate(ids(prompt), config(pipe, max_new_tokens, num_assistant_tokens=k))
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[-1]
+    m = result.extended_perf_metrics
+    return list(result.tokens[0]), m.get_num_draft_tokens(), m.get_num_accepted_tokens()

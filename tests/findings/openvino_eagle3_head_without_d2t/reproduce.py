@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from openvino_tiny import (DEVICE, config, convert_command, eagle3_models, ids,  # noqa: E402
+from openvino_tiny import (convert_command, eagle3_greedy, eagle3_models,  # noqa: E402
                            versions)
 
 CONVERSIONS = 3
@@ -42,21 +42,13 @@ def run(target: Path, head: Path):
     0, 1, 2 (the Python API cannot pass them: ../openvino_eagle3_hidden_layers_list), or the
     exception's last line."""
     import openvino as ov
-    import openvino_genai as genai
     model = ov.Core().read_model(str(head / "openvino_model.xml"))
     model.set_rt_info("0 1 2", ["hidden_layers_list"])
     ov.save_model(model, str(head / "layers.xml"), compress_to_fp16=False)
     del model
     for ext in (".xml", ".bin"):
         (head / f"layers{ext}").replace(head / f"openvino_model{ext}")
-    try:
-        pipe = genai.LLMPipeline(str(target), "CPU",
-                                 draft_model=genai.draft_model(str(head), "CPU", **DEVICE), **DEVICE)
-        result = pipe.generate(ids(PROMPT), config(pipe, 12, num_assistant_tokens=4))
-    except RuntimeError as exc:
-        return str(exc).strip().splitlines()[-1]
-    m = result.extended_perf_metrics
-    return list(result.tokens[0]), m.get_num_draft_tokens(), m.get_num_accepted_tokens()
+    return eagle3_greedy(target, head, PROMPT)
 
 
 def main() -> int:

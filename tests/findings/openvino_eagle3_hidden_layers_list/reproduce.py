@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from openvino_tiny import DEVICE, config, eagle3_models, ids, versions  # noqa: E402
+from openvino_tiny import eagle3_greedy, eagle3_models, versions  # noqa: E402
 
 LAYERS = [0, 1, 2]          # the outputs of target layers 0, 1, 2 (of 4)
 PROMPT = [0, 1, 2, 3, 4, 5, 6, 7]
@@ -39,15 +39,7 @@ def with_rt_info(head: Path, out: Path, layers) -> Path:
 
 def attempt(target: Path, head: Path, **draft_options):
     """(tokens, drafted, accepted) of one greedy request, or the exception's text."""
-    import openvino_genai as genai
-    try:
-        draft = genai.draft_model(str(head), "CPU", **DEVICE, **draft_options)
-        pipe = genai.LLMPipeline(str(target), "CPU", draft_model=draft, **DEVICE)
-        result = pipe.generate(ids(PROMPT), config(pipe, 12, num_assistant_tokens=4))
-    except RuntimeError as exc:
-        return str(exc).strip().splitlines()[-1]
-    m = result.extended_perf_metrics
-    return list(result.tokens[0]), m.get_num_draft_tokens(), m.get_num_accepted_tokens()
+    return eagle3_greedy(target, head, PROMPT, **draft_options)
 
 
 def main() -> int:
