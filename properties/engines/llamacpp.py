@@ -430,9 +430,10 @@ def version(env: Environment) -> str:
     return output([env.server, "--version"]).splitlines()[0]
 
 
-# the heads of the head methods, by export folder (properties/export/heads.py writes them)
-HEADS = tuple(sorted({m.drafter.head for m in METHODS.values()
-                      if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}))
+# the head methods' drafters, and the export folders of the served ones (the recipes convert
+# those; properties/export/heads.py writes them)
+HEAD_DRAFTS = [m.drafter for m in METHODS.values() if isinstance(m.drafter, HeadDraft)]
+HEADS = tuple(sorted({d.head for d in HEAD_DRAFTS if not d.trained_only}))
 
 
 def prepare_commands(env: Environment | None, export_dir,
@@ -462,9 +463,8 @@ def prepare(env: Environment, export_dir, log) -> None:
     # uses; the launcher exports a head method's head alone)
     drafts = tuple(d for d in ("draft-early-exit", "draft-random", "draft-small")
                    if (Path(export_dir) / d / "config.json").exists())
-    heads = tuple(sorted({m.drafter.head for m in METHODS.values()
-                          if isinstance(m.drafter, HeadDraft)
-                          and (Path(export_dir) / m.drafter.head / "config.json").exists()}))
+    heads = tuple(sorted({d.head for d in HEAD_DRAFTS
+                          if (Path(export_dir) / d.head / "config.json").exists()}))
     for what, step in prepare_commands(env, export_dir, drafts, heads):
         if Path(step.argv[4]).exists():     # [python, driver, source, model, outfile, ...]
             continue
