@@ -93,6 +93,9 @@ def chain_laws(kind, head, target, features, context, proposals):
     tokens = list(context[1:]) + list(proposals)            # tokens[j] = t_{j+1}
     start = head.fc(features) if kind == "eagle3" else features
     hs = list(start)
+    if getattr(head, "lead", False):
+        # llama.cpp's MTP: a pair (zero state, t_0) before pair 0, every pair one place later
+        n, tokens, hs = n + 1, [context[0]] + tokens, [torch.zeros_like(hs[0])] + hs
     laws = []
     for step in range(len(proposals)):
         m = n + step                                        # pairs 0 .. m - 1

@@ -29,6 +29,10 @@ HEADS = {
     "mtp": dict(kind="mtp"),
     "mtp-mimo": dict(kind="mtp", order="hidden-first", recycle="normed",
                      hidden=HiddenStates((2,), "output")),
+    # llama.cpp's draft-mtp: the normed last state, the normed output recycled, and a lead pair
+    # (t_0 with a zero state) before pair 0
+    "mtp-llamacpp": dict(kind="mtp", hidden=HiddenStates((3,), normed=True), recycle="normed",
+                         lead=True),
 }
 
 
@@ -159,6 +163,8 @@ def test_heads_refuse_bad_construction(target):
         MTPLayer(target, order="sideways")
     with pytest.raises(ValueError, match="recycle must be one of"):
         MTPLayer(target, recycle="later")
+    with pytest.raises(ValueError, match="lead must be a bool, got 'yes'"):
+        MTPLayer(target, lead="yes")
     with pytest.raises(ValueError, match="layer 9 is past the target's 4 layers"):
         EagleHead(target, HiddenStates((9,)))
     with pytest.raises(ValueError, match="kind must be one of"):
@@ -263,3 +269,25 @@ def test_a_llama_layer_head_survives_its_checkpoint(target, tmp_path):
     h = head.start(by_hand.target_features(target, seq, head.hidden)[None])
     seq = torch.tensor([seq])
     assert torch.equal(head(seq, h, head.new_cache(8))[0], back(seq, h, back.new_cache(8))[0])
+
+
+def test_the_lead_pair_is_the_first_token_with_a_zero_state(target):
+    """llama.cpp's MTP convention (lead=True): the first round's law is the layer run over the
+    pairs (0, t_0), (f_0, t_1), ..., (f_{n-1}, t_n) at positions 0 .. n; hnorm of the zero
+    state is exactly zero. Without the lead pair the law differs (the pair is attended)."""
+    from reference.heads.replay import round_logits
+    hidden = HiddenStates((3,), normed=True)
+    lead = random_head("mtp", target, seed=21, hidden=hidden, recycle="normed", lead=True)
+    plain = random_head("mtp", target, seed=21, hidden=hidden, recycle="normed")
+    seq = [5, 9, 2, 33]
+    features = by_hand.target_features(target, seq[:-1], hidden)
+    assert torch.equal(lead.hnorm(torch.zeros(1, 32, dtype=torch.float64)),
+                       torch.zeros(1, 32, dtype=torch.float64))
+    e = lead.enorm(target.model.embed_tokens(torch.tensor([seq])))[0]          # [4, H]
+    n = lead.hnorm(torch.cat([torch.zeros(1, 32, dtype=torch.float64), features]))
+    out = by_hand._run(lead.mtp_block, lead.eh_proj(torch.cat([e, n], -1))[None], lead.config,
+                       torch.float64)
+    expected = target.lm_head(target.model.norm(out))[0, -1]
+    got = round_logits(lead, features, seq, 3, 1)[0]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    assert not torch.allclose(round_logits(plain, features, seq, 3, 1)[0], got, atol=1e-6)

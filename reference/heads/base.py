@@ -37,3 +37,21 @@ def check_pairs(tokens, h, width: int, cache, vocab_size: int, name: str):
         raise ValueError(f"{name}: tokens {tuple(tokens.shape)} and h {tuple(h.shape)} must "
                          f"pair up one to one ([batch, tokens])")
     return prepare_inputs(tokens, cache, None, None, vocab_size)
+
+
+def lead_pairs(head) -> int:
+    """How many pairs a chained head's cache holds before pair 0 (the pair of f_0 and t_1): 1
+    for an MTP layer with lead=True (llama.cpp's draft-mtp: t_0 paired with a zero state, see
+    reference/heads/mtp.py), else 0. Its cache then holds pair j at position j + lead."""
+    return 1 if getattr(head, "lead", False) else 0
+
+
+def with_lead(head, h, first: int) -> torch.Tensor:
+    """h [B, T, H] of the pairs first .. first + T - 1 (after head.start), with the lead
+    pair's zero state put in front when the first pair fed is the lead one (first == -1)."""
+    if first >= 0:
+        return h
+    if first != -1 or not lead_pairs(head):
+        raise ValueError(f"with_lead: pair {first} precedes the {lead_pairs(head)} lead pair(s) "
+                         f"of a {type(head).__name__}")
+    return torch.cat([torch.zeros_like(h[:, :1]), h], 1)

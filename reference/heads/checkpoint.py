@@ -30,7 +30,8 @@ def save_head(head, path, dtype=None) -> Path:
     if isinstance(head, MedusaHeads):
         options = {"num_heads": head.num_heads, "num_layers": len(head.blocks[0].layers)}
     elif isinstance(head, MTPLayer):
-        options = {"order": head.order, "recycle": head.recycle}
+        options = {"order": head.order, "recycle": head.recycle} | (
+            {"lead": True} if head.lead else {})
     elif isinstance(head, Eagle3Head) and not head.qk_norm:
         options = {"qk_norm": False}
     config = {"kind": kind, "target": asdict(_target_config(head)),

@@ -14,6 +14,13 @@ Two conventions differ between checkpoints and engines, so they are parameters:
   recycle  what feeds the next chained pair: "output", the block's output (the final norm's
            input, like the h the target gives); "normed", after the final norm (what vLLM's
            DeepSeek MTP recycles)
+  lead     whether a pair comes before pair 0: False, the pairs (h_j, t_{j+1}) from j = 0 at
+           positions j (vLLM, which drops t_0); True, llama.cpp's draft-mtp: its layer decodes
+           every token of the sequence, so t_0 is paired with a zero state (the first token of
+           a sequence gets the pending state, zero in a fresh slot: common/speculative.cpp,
+           common_speculative_impl_draft_mtp::process) and pair j sits at position j + 1. The
+           callers feed it (reference.heads.base.lead_pairs: replay.py, proposer.py). A zero
+           state is exactly zero after hnorm, so the lead pair reads enorm(emb(t_0)) alone.
 """
 
 import torch
@@ -29,7 +36,7 @@ RECYCLES = ("output", "normed")
 
 class MTPLayer(nn.Module):
     def __init__(self, target, hidden: HiddenStates | None = None, order="embedding-first",
-                 recycle="output"):
+                 recycle="output", lead=False):
         super().__init__()
         c = target.config
         self.config = one_layer(c)
@@ -42,7 +49,9 @@ class MTPLayer(nn.Module):
             raise ValueError(f"MTPLayer: order must be one of {ORDERS}, got {order!r}")
         if recycle not in RECYCLES:
             raise ValueError(f"MTPLayer: recycle must be one of {RECYCLES}, got {recycle!r}")
-        self.order, self.recycle = order, recycle
+        if not isinstance(lead, bool):
+            raise ValueError(f"MTPLayer: lead must be a bool, got {lead!r}")
+        self.order, self.recycle, self.lead = order, recycle, lead
         H = c.hidden_size
         self.enorm = RMSNorm(H, c.rms_norm_eps)
         self.hnorm = RMSNorm(H, c.rms_norm_eps)

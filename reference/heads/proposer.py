@@ -19,6 +19,7 @@ proposes nothing in a round with no verified token (a one-token prompt's first r
 
 import torch
 
+from reference.heads.base import lead_pairs, with_lead
 from reference.heads.medusa import MedusaHeads
 from reference.sampling import greedy_token
 
@@ -88,15 +89,17 @@ class ChainHeadProposer(_Verified):
 
     def __init__(self, head, capacity, sampler, device):
         super().__init__(head, sampler, device)
-        self.cache = head.new_cache(capacity)
+        self.lead = lead_pairs(head)   # pairs before pair 0 (llama.cpp's MTP: one)
+        self.cache = head.new_cache(capacity + self.lead)
         self.newest = 0   # the position of the round's newest token
 
     def propose(self, context, k):
         n = self.newest = len(context) - 1
         if self.verified(context) == 0:
             return [], []
-        start = self.cache.length
-        h = self.head.start(self.feature_rows(start, n)[None])            # [1, n - start, H]
+        start = self.cache.length - self.lead                             # -1: the lead pair
+        h = with_lead(self.head, self.head.start(self.feature_rows(max(start, 0), n)[None]),
+                      start)                                              # [1, n - start, H]
         tokens = torch.tensor([context[start + 1:n + 1]], device=self.device)  # [1, n - start]
         proposals, q = [], []
         for _ in range(k):
@@ -110,7 +113,7 @@ class ChainHeadProposer(_Verified):
 
     def commit(self, accepted, proposals):
         self.keep(accepted)
-        self.cache.truncate(min(self.cache.length, self.newest))
+        self.cache.truncate(min(self.cache.length, self.newest + self.lead))
 
 
 class MedusaProposer(_Verified):

@@ -3,6 +3,7 @@ compute a head's exact acceptance beside the measured one."""
 
 import torch
 
+from reference.heads.base import lead_pairs, with_lead
 from reference.heads.medusa import MedusaHeads
 
 
@@ -20,9 +21,10 @@ def round_logits(head, features, seq, n: int, count: int) -> torch.Tensor:
     if isinstance(head, MedusaHeads):
         rows = head(features[n - 1:n][None])[0, 0, :count]                   # [count, V]
     else:
-        cache = head.new_cache(n + count)
-        tokens = torch.tensor([seq[1:n + 1]], device=device)                  # t_{j+1}, j < n
-        logits, g = head(tokens, head.start(features[:n][None]), cache)
+        lead = lead_pairs(head)            # llama.cpp's MTP: t_0 and a zero state first
+        cache = head.new_cache(lead + n + count)
+        tokens = torch.tensor([seq[1 - lead:n + 1]], device=device)           # t_{j+1}, j < n
+        logits, g = head(tokens, with_lead(head, head.start(features[:n][None]), -lead), cache)
         out = [logits[0, -1]]
         for s in range(1, count):
             logits, g = head(torch.tensor([[seq[n + s]]], device=device), g[:, -1:], cache)
