@@ -8,6 +8,8 @@
                  feature's position, from that one feature; not chained
     MTPLayer     one multi-token-prediction layer (DeepSeek-V3, MiMo): proj([norm(embedding),
                  norm(feature)]) -> one block -> the target's final norm and lm_head; chained
+    DFlashHead   DFlash (block diffusion): norm(fc(features)) as keys and values of context,
+                 one non-causal pass over [newest token, masks] gives all k proposals at once
 
 Each head says which hidden states it reads (`head.hidden`, a reference.hidden.HiddenStates);
 reference.heads.proposer turns a head into a proposer for speculative_generate, fed with the
@@ -20,13 +22,15 @@ for t_{j+2}. Chained heads are decoders with a one-layer KV cache of their own, 
 pairs built from features the target verified.
 """
 
+from reference.heads.dflash import DFlashHead
 from reference.heads.eagle import EagleHead
 from reference.heads.eagle3 import Eagle3Head
 from reference.heads.medusa import MedusaHeads
 from reference.heads.mtp import MTPLayer
 
-HEADS = (EagleHead, Eagle3Head, MedusaHeads, MTPLayer)
-KINDS = {"eagle": EagleHead, "eagle3": Eagle3Head, "medusa": MedusaHeads, "mtp": MTPLayer}
+HEADS = (EagleHead, Eagle3Head, MedusaHeads, MTPLayer, DFlashHead)
+KINDS = {"eagle": EagleHead, "eagle3": Eagle3Head, "medusa": MedusaHeads, "mtp": MTPLayer,
+         "dflash": DFlashHead}
 
 
 def is_head(draft) -> bool:

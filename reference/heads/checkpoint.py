@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reference.checkpoint import _DTYPE_NAMES, _safetensors
 from reference.heads import KINDS
+from reference.heads.dflash import DFlashHead
 from reference.heads.eagle3 import Eagle3Head
 from reference.heads.medusa import MedusaHeads
 from reference.heads.mtp import MTPLayer
@@ -34,6 +35,9 @@ def save_head(head, path, dtype=None) -> Path:
             {"lead": True} if head.lead else {})
     elif isinstance(head, Eagle3Head) and not head.qk_norm:
         options = {"qk_norm": False}
+    elif isinstance(head, DFlashHead):
+        options = {"block_size": head.block_size, "mask_token_id": head.mask_token_id,
+                   "num_layers": len(head.layers), "own_lm_head": head.own_lm_head}
     config = {"kind": kind, "target": asdict(_target_config(head)),
               "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
               "options": options, "torch_dtype": _DTYPE_NAMES[dtype]}

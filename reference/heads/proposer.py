@@ -138,6 +138,9 @@ class MedusaProposer(_Verified):
 
 
 def head_proposer(head, capacity, sampler, device):
+    from reference.heads.dflash import DFlashHead, DFlashProposer
+    if isinstance(head, DFlashHead):
+        return DFlashProposer(head, sampler, device)
     if isinstance(head, MedusaHeads):
         return MedusaProposer(head, sampler, device)
     return ChainHeadProposer(head, capacity, sampler, device)

@@ -4,6 +4,7 @@ compute a head's exact acceptance beside the measured one."""
 import torch
 
 from reference.heads.base import lead_pairs, with_lead
+from reference.heads.dflash import DFlashHead
 from reference.heads.medusa import MedusaHeads
 
 
@@ -20,6 +21,12 @@ def round_logits(head, features, seq, n: int, count: int) -> torch.Tensor:
     device = features.device
     if isinstance(head, MedusaHeads):
         rows = head(features[n - 1:n][None])[0, 0, :count]                   # [count, V]
+    elif isinstance(head, DFlashHead):
+        # one forward over [seq[n], masks]: proposal i never reads the proposals before it
+        if count > head.max_proposals:
+            raise ValueError(f"round_logits: a DFlash block of {head.block_size} tokens gives "
+                             f"at most {head.max_proposals} proposals, asked for {count}")
+        rows = head(features[:n][None], torch.tensor([seq[n]], device=device))[0, :count]
     else:
         lead = lead_pairs(head)            # llama.cpp's MTP: t_0 and a zero state first
         cache = head.new_cache(lead + n + count)
