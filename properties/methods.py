@@ -233,6 +233,10 @@ class HeadDraft:
     # EAGLE-3's decoder layer: Qwen3's (per-head q/k norm, vLLM's Eagle3Qwen3ForCausalLM) or,
     # False, a Llama layer (EAGLE-3's own LlamaForCausalLMEagle3, all llama.cpp computes)
     qk_norm: bool = True
+    # the served target the head is made for: "target" (the kit's), or a deeper variant of it
+    # (properties/models/served.py VARIANTS), which the method's run then serves as its target
+    # and its baseline (an engine that reads more layers than the served target has)
+    target: str = "target"
 
     model = None              # no stand-alone draft model: the head needs the target's states
     lookup = False
@@ -252,6 +256,11 @@ class HeadDraft:
         if not isinstance(self.qk_norm, bool) or (not self.qk_norm and self.kind != "eagle3"):
             raise ValueError(f"HeadDraft: qk_norm={self.qk_norm!r}, must be a bool, and False "
                              f"only for an eagle3 head (kind {self.kind!r})")
+        from properties.models.served import VARIANTS
+        if self.target != "target" and (self.target not in VARIANTS or self.trained_only):
+            raise ValueError(f"HeadDraft: target={self.target!r}, must be \"target\" or a "
+                             f"variant of the served target, {sorted(VARIANTS)} (not for a "
+                             f"trained pair's head)")
 
     @property
     def export(self) -> str:
@@ -281,7 +290,8 @@ class HeadDraft:
     def describe(self) -> str:
         reads = ("the engine's default hidden states" if self.hidden is None
                  else f"the target's {self.hidden.describe()}")
-        return f"{HEAD_KINDS[self.kind]} head {self.head} reading {reads}"
+        on = "" if self.target == "target" else f" (served target: {self.target})"
+        return f"{HEAD_KINDS[self.kind]} head {self.head} reading {reads}{on}"
 
 
 def exact_draft(drafter):

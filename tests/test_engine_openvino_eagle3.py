@@ -67,7 +67,7 @@ def test_the_methods_as_declared():
                                                config["hidden"]["where"])
     assert openvino.openvino_layers(made.drafter.hidden) == (0, 2, 4)
     assert set(openvino.HEADS) == {"head-eagle3-llama", "head-eagle3-llama-trained",
-                                   "head-eagle3-llama-trained-large"}
+                                   "head-eagle3-llama-trained-large", "head-eagle3-llama-deep"}
     large = json.loads((Path(trained.pair_of("trained-large").path) / "eagle3" / "config.json")
                        .read_text())
     assert (openvino.METHODS["eagle3-trained-large"].drafter.hidden

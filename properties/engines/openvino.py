@@ -63,7 +63,10 @@ whose eagle3_model_transforms.cpp the 2026.4.1 wheel's messages cite line for li
   int32_t values"), so the kit writes it into the converted head's rt_info, which draft_model()
   reads (apply_eagle3_rt_info) as a vector of int.
 - the kit's served target has two layers, so two layer outputs: no three distinct ids exist and
-  the method `eagle3` is refused (the engine's words in it). The trained target has six:
+  the method `eagle3` is refused (the engine's words in it). `eagle3-deep` (and
+  `-no-prefix-caching`) serves a 4-layer variant of it instead (properties/models/served.py
+  VARIANTS, target and baseline alike) with its own seeded head reading layer outputs 0, 1, 2,
+  so the served families judge this path. The trained target has six:
   `eagle3-trained` serves the trained head (a Qwen3 layer) in a Llama layer, its q/k norm
   dropped (properties/export/heads.py llama_layer), reading the inputs of layers 1, 3, 5 =
   hidden_layers_list [0, 2, 4].
@@ -152,6 +155,15 @@ EAGLE3_REFUSED = (
     "or more layers, as eagle3-trained does (--models trained)")
 
 
+# a head for the deeper variant of the served target (properties/models/served.py VARIANTS:
+# 4 layers), made as the served heads are (seeded random, its readout fitted; a Llama layer):
+# it reads the inputs of layers 1, 2, 3, three distinct layer outputs, hidden_layers_list
+# [0, 1, 2]; its run serves that target, as the baseline too
+DEEP_HIDDEN = HiddenStates((1, 2, 3), "input")
+DEEP_HEAD = HeadDraft("eagle3", "head-eagle3-llama-deep", DEEP_HIDDEN, qk_norm=False,
+                      target="target-deep")
+
+
 def _head_methods() -> dict:
     """EAGLE-3 through optimum-intel's Llama-layer head (qk_norm False), chain drafting (the
     default: tree_depth 0). replays: not set, since the engine's counts were not
@@ -169,6 +181,17 @@ def _head_methods() -> dict:
                                  f"{SERVED_LLAMA_HEAD.head}) reading the "
                                  f"{SERVED_LLAMA_HEAD.hidden.describe()} (default SchedulerConfig)",
                        SERVED_LLAMA_HEAD, K, refused=EAGLE3_REFUSED),
+        # the kit's served families on a target deep enough (issue 40), under both
+        # SchedulerConfigs, as the draft models
+        OpenVINOMethod("eagle3-deep", "EAGLE-3 head (seeded random init, a Llama layer) of the "
+                                      "4-layer variant of the served target (target-deep), "
+                                      "reading its layer outputs 0, 1, 2 (default "
+                                      "SchedulerConfig)", DEEP_HEAD, K),
+        OpenVINOMethod("eagle3-deep-no-prefix-caching",
+                       "EAGLE-3 head (seeded random init, a Llama layer) of the 4-layer variant "
+                       "of the served target (target-deep), reading its layer outputs 0, 1, 2 "
+                       "(SchedulerConfig: prefix caching off)", DEEP_HEAD, K,
+                       scheduler=NO_PREFIX_CACHING),
         OpenVINOMethod("eagle3-trained", "EAGLE-3: the trained head in a Llama layer (q/k norm "
                                          "dropped) on the trained target's layer outputs 0, 2, "
                                          "4 (--models trained; default SchedulerConfig)",
@@ -445,9 +468,11 @@ def models_of(export_dir, drafts=None, heads=None) -> tuple:
     return ("target",) + tuple(drafts) + tuple(heads)
 
 
-# the heads of the kit's models (not a trained pair's): what a recipe without an export lists
+# the heads of the kit's served target (not a trained pair's, nor a deeper variant's): what a
+# recipe without an export lists
 SERVED_HEADS = tuple(sorted({m.drafter.head for m in METHODS.values()
-                             if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}))
+                             if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only
+                             and m.drafter.target == "target"}))
 
 
 def head_of(name: str) -> HeadDraft | None:

@@ -161,12 +161,14 @@ def export(directory, drafter, models: str = "kit") -> Path:
 
 
 def export_declared(directory) -> dict[str, Path]:
-    """Every served head the engines' methods declare (not the trained-only ones), written into
+    """Every served head the engines' methods declare (not the trained-only ones, nor those
+    of a deeper variant of the served target, whose run exports its own target), written into
     `directory`: what `python -m properties.serve export DIR` adds, so that the recipes' head
     command lines find their folders. head name -> path."""
     from properties import engines
     from properties.methods import HeadDraft
     drafters = {m.drafter.head: m.drafter for name in engines.available()
                 for m in engines.get(name).methods.values()
-                if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}
+                if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only
+                and m.drafter.target == "target"}
     return {head: export(directory, drafter) for head, drafter in sorted(drafters.items())}

@@ -35,11 +35,12 @@ MEDUSA_HEADS = 4
 @lru_cache(maxsize=8)
 def served_head(drafter):
     """The reference head (float64, weights exact in float32) a HeadDraft of the served
-    methods loads: its kind, its hidden-state convention, a seeded random init."""
+    methods loads: its kind, its hidden-state convention, a seeded random init, for the served
+    target it names (drafter.target: the kit's, or a deeper variant)."""
     if drafter.kind not in SEEDS:
         raise ValueError(f"no served head of kind {drafter.kind!r}: the kit exports "
                          f"{sorted(SEEDS)} for vLLM")
-    target = served.build("target")
+    target = served.build(drafter.target)
     options = {"hidden": drafter.hidden} if drafter.hidden is not None else {}
     if drafter.kind == "medusa":
         options["num_heads"] = MEDUSA_HEADS
@@ -134,12 +135,12 @@ def _round_row(head, features, context, prefix) -> torch.Tensor:
 @lru_cache(maxsize=4096)
 def round_proposals(drafter, context: tuple, n: int) -> tuple:
     """greedy_proposals of the served head `drafter` loads, cached."""
-    return greedy_proposals(served_head(drafter), served.build("target"), context, n)
+    return greedy_proposals(served_head(drafter), served.build(drafter.target), context, n)
 
 
 @lru_cache(maxsize=1024)
 def _served_features(drafter, verified: tuple) -> torch.Tensor:
-    return _features(served_head(drafter), served.build("target"), verified)
+    return _features(served_head(drafter), served.build(drafter.target), verified)
 
 
 def round_logits(drafter, context, prefix) -> torch.Tensor:

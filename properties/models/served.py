@@ -37,6 +37,31 @@ MODELS = {
     "draft-random": "an independent random model of 1 layer (rarely agrees with the target)",
 }
 
+# Deeper variants of the served target, built as it is (seeded, its shapes but the depth), for a
+# method that needs more layers than two: OpenVINO GenAI's EAGLE-3 reads three distinct
+# decoder-layer outputs (issue 40). A method names one (methods.HeadDraft.target); its run makes
+# it the served target (`use_target`): "target" in the export, the oracle and the replays. Not
+# in MODELS: an export without a variant is unchanged.
+VARIANTS = {"target-deep": "the served target's shapes with 4 layers (seed 9100)"}
+DEEP_CONFIG = replace(TARGET_CONFIG, num_hidden_layers=4)
+DEEP_SEED = 9100   # apart from the served models' and heads' seeds (9001 ...)
+_TARGET = ["target"]     # what "target" is in this process: itself or a variant
+
+
+def served_target() -> str:
+    """The model "target" names in this process: "target" or a name of VARIANTS."""
+    return _TARGET[0]
+
+
+def use_target(name: str = "target") -> None:
+    """Make `name` (a name of VARIANTS, or "target": the served target itself) what "target"
+    names in this process, from now on: build, forward, next_logits and the export. Results
+    cached from the other target elsewhere (properties.oracle) are the caller's to clear."""
+    if name != "target" and name not in VARIANTS:
+        raise ValueError(f"use_target: {name!r} is no variant of the served target; choose "
+                         f"\"target\" or one of {sorted(VARIANTS)}")
+    _TARGET[0] = name
+
 
 def _float32_exact(model: Qwen3) -> Qwen3:
     """float32 weights held in float64: the exact numbers a float32 checkpoint stores."""
@@ -54,20 +79,32 @@ def standalone_early_exit(target: Qwen3, depth: int) -> Qwen3:
     return standalone.eval().requires_grad_(False)
 
 
-@lru_cache(maxsize=None)
 def build(name: str) -> Qwen3:
-    """The served model `name` (a key of MODELS), float64, weights exact in float32."""
+    """The served model `name` (a key of MODELS, or of VARIANTS), float64, weights exact in
+    float32; "target" is served_target()'s, and the early exit is that target's."""
+    if name == "target" or name == "draft-early-exit":
+        return _build(name, served_target())
+    return _build(name, None)
+
+
+@lru_cache(maxsize=None)
+def _build(name: str, target: str | None) -> Qwen3:
     if name == "target":
-        return _float32_exact(random_model(TARGET_CONFIG, seed=TARGET_SEED, dtype=torch.float32,
+        return _build(target, None) if target != "target" else _float32_exact(random_model(
+            TARGET_CONFIG, seed=TARGET_SEED, dtype=torch.float32, std=PROJECTION_STD))
+    if name == "target-deep":
+        return _float32_exact(random_model(DEEP_CONFIG, seed=DEEP_SEED, dtype=torch.float32,
                                            std=PROJECTION_STD))
     if name == "draft-early-exit":
-        reference_draft = EarlyExit(build("target"), 1)  # what the chapter's early exit computes
+        # what the chapter's early exit computes
+        reference_draft = EarlyExit(_build("target", target), 1)
         return standalone_early_exit(reference_draft.target, 1)
     if name == "draft-random":
         config = replace(TARGET_CONFIG, num_hidden_layers=1)
         return _float32_exact(random_model(config, seed=RANDOM_DRAFT_SEED, dtype=torch.float32,
                                            std=PROJECTION_STD))
-    raise ValueError(f"unknown served model {name!r}; choose from {sorted(MODELS)}")
+    raise ValueError(f"unknown served model {name!r}; choose from {sorted(MODELS)} or a "
+                     f"variant of the target, {sorted(VARIANTS)}")
 
 
 def forward(seqs, name: str) -> torch.Tensor:

@@ -31,6 +31,7 @@ from properties.export import heads as head_export
 from properties.export import kit as export
 from properties.export import trained as trained_export
 from properties.methods import HeadDraft
+from properties.models import served as served_models
 from properties.serve import deaths, speed
 from properties.serve.server import LaunchError, Server
 from properties.verdict import Outcome
@@ -89,6 +90,7 @@ class Launch:
         say(f"[kit] {engine.title} {version}, method {method.name} ({method.description}); run "
             f"directory {run_dir}")
         export_dir = run_dir / "export"
+        serve_target(method, models)
         if models != "kit":
             trained_export.export(export_dir, method, models)   # the target and this draft
         else:
@@ -117,6 +119,8 @@ class Launch:
                          "families": [] if launch.trained else list(families.SERVED),
                          "date": time.strftime("%Y-%m-%d"), "run_dir": str(run_dir),
                          "models": models}
+        if served_models.served_target() != "target":
+            launch.record["target"] = served_models.served_target()
         deaths.REGISTRY.deaths.clear()
         try:
             for server in (base, spec):
@@ -302,6 +306,20 @@ def _trained_refusal(engine, method, models: str = "trained") -> str | None:
         return str(exc.args[0])
     except FileNotFoundError as exc:    # trained-large before `make models-large`
         return str(exc)
+
+
+def serve_target(method, models: str = "kit") -> str:
+    """Make the served target of this process the one `method`'s drafter is made for (a head
+    of a deeper variant, properties/models/served.py VARIANTS; else the kit's own), for the
+    export, the oracle and the replays of the run, and forget what was computed from another
+    one. Returns its name."""
+    from properties import acceptance, oracle
+    wanted = getattr(method.drafter, "target", "target") if models == "kit" else "target"
+    if served_models.served_target() != wanted:
+        served_models.use_target(wanted)
+        oracle.clear()
+        acceptance._draft_greedy.cache_clear()
+    return wanted
 
 
 def _families(data: dict) -> dict:
