@@ -138,3 +138,15 @@ def test_the_head_is_made_for_its_own_target_whatever_is_served():
     # its own target)
     assert openvino.SERVED_HEADS == ("head-eagle3-llama",)
     assert "head-eagle3-llama-deep" in openvino.HEADS
+
+
+def test_the_tree_method_sets_the_tree_in_each_greedy_request():
+    """eagle3-deep-tree: the same head, tree_depth and branching_factor in the worker's session
+    and in each request's GenerationConfig (the engine refuses them with sampling)."""
+    tree = openvino.METHODS["eagle3-deep-tree"]
+    assert tree.drafter == DEEP.drafter and tree.tree == openvino.TREE == (3, 2)
+    assert DEEP.tree == () and tree.scheduler is None
+    line = openvino.command(None, "/x", tree, 8000)
+    session = json.loads(line.argv[line.argv.index("--config") + 1])
+    assert session["tree"] == [3, 2] and session["k"] == tree.k
+    assert json.loads(openvino.command(None, "/x", DEEP, 8000).argv[-1])["tree"] == []

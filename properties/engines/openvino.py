@@ -112,6 +112,11 @@ DEFAULT, NO_PREFIX_CACHING = None, {"enable_prefix_caching": False}
 @dataclass(frozen=True)
 class OpenVINOMethod(Method):
     scheduler: dict | None = None
+    # EAGLE-3's tree drafting: (tree_depth, branching_factor) in each request's GenerationConfig,
+    # k (num_assistant_tokens) the tree's nodes sent to verification; () drafts a chain. Greedy
+    # only: "Tree search (EAGLE) is incompatible with do_sample=true" (generation_config.cpp:366
+    # of the 2026-08-21 tree; :378 in the 2026.4.1.0 wheel's message)
+    tree: tuple = ()
 
 
 def _methods() -> dict:
@@ -162,6 +167,10 @@ EAGLE3_REFUSED = (
 DEEP_HIDDEN = HiddenStates((1, 2, 3), "input")
 DEEP_HEAD = HeadDraft("eagle3", "head-eagle3-llama-deep", DEEP_HIDDEN, qk_norm=False,
                       target="target-deep")
+# EAGLE-3's tree (tree_depth, branching_factor): the draft runs 3 steps keeping the 2 best
+# children per layer, 2 * 2 * 2 + 2 = 10 candidates, of which the best K are verified
+# (generation_config.hpp:628-632)
+TREE = (3, 2)
 
 
 def _head_methods() -> dict:
@@ -192,6 +201,11 @@ def _head_methods() -> dict:
                        "of the served target (target-deep), reading its layer outputs 0, 1, 2 "
                        "(SchedulerConfig: prefix caching off)", DEEP_HEAD, K,
                        scheduler=NO_PREFIX_CACHING),
+        # its tree drafting: greedy requests only (a sampled one is refused, see TREE)
+        OpenVINOMethod("eagle3-deep-tree", f"EAGLE-3 tree drafting (tree_depth {TREE[0]}, "
+                                           f"branching_factor {TREE[1]}, {K} nodes verified) "
+                                           f"with the eagle3-deep head; greedy only (default "
+                                           f"SchedulerConfig)", DEEP_HEAD, K, tree=TREE),
         OpenVINOMethod("eagle3-trained", "EAGLE-3: the trained head in a Llama layer (q/k norm "
                                          "dropped) on the trained target's layer outputs 0, 2, "
                                          "4 (--models trained; default SchedulerConfig)",
@@ -248,6 +262,7 @@ class Session:
         self.pipe, self.batcher = self.build(), self.build(batched=True)
         self.eos, self.k, self.ngram = int(config["eos"]), config.get("k"), config.get("ngram")
         self.lookup = bool(config.get("prompt_lookup"))
+        self.tree = tuple(config.get("tree") or ())
         self.speculates = bool(config.get("draft")) or self.lookup
         # the engine's counts, as it reports them per generate call (per request alone, per
         # call in a batch), added up: the worker's /metrics
@@ -312,6 +327,8 @@ class Session:
             c.stop_strings = set(params["stop"])
         if self.speculates:
             c.num_assistant_tokens = int(self.k)
+        if self.tree:   # a sampled request is refused in the engine's words (validate)
+            c.tree_depth, c.branching_factor = (int(v) for v in self.tree)
         if self.lookup:
             c.max_ngram_size = int(self.ngram)
         return c
@@ -556,7 +573,8 @@ def command(env: Environment | None, export_dir, method, port: int) -> Command:
     vocab = json.loads(config_file.read_text())["vocab_size"] if config_file.exists() else 0
     session = {"target": str(root / "target"), "eos": vocab, "k": None, "draft": None,
                "prompt_lookup": False, "ngram": None,
-               "scheduler": getattr(method, "scheduler", None)}
+               "scheduler": getattr(method, "scheduler", None),
+               "tree": list(getattr(method, "tree", ()))}
     if method is not None:
         session["k"] = method.k
         if method.drafter.lookup:
