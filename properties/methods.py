@@ -230,6 +230,9 @@ class HeadDraft:
     hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
     trained_only: bool = False   # only a trained target has a trained head
     replays: bool = False     # the kit replays the engine's rounds with this head exactly
+    # the head's constructor options beyond the hidden states, as (name, value) pairs: an
+    # engine's convention for its kind (an MTP layer's order, recycle and lead pair)
+    options: tuple = ()
     # EAGLE-3's decoder layer: Qwen3's (per-head q/k norm, vLLM's Eagle3Qwen3ForCausalLM) or,
     # False, a Llama layer (EAGLE-3's own LlamaForCausalLMEagle3, all llama.cpp computes)
     qk_norm: bool = True
@@ -253,6 +256,11 @@ class HeadDraft:
                              f"reference.hidden.HiddenStates or None (the engine's default)")
         if not isinstance(self.replays, bool):
             raise ValueError(f"HeadDraft: replays={self.replays!r}, must be a bool")
+        if (not isinstance(self.options, tuple)
+                or not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
+                           for o in self.options)):
+            raise ValueError(f"HeadDraft: options={self.options!r}, must be a tuple of (name, "
+                             f"value) pairs, e.g. (('recycle', 'normed'),)")
         if not isinstance(self.qk_norm, bool) or (not self.qk_norm and self.kind != "eagle3"):
             raise ValueError(f"HeadDraft: qk_norm={self.qk_norm!r}, must be a bool, and False "
                              f"only for an eagle3 head (kind {self.kind!r})")

@@ -14,7 +14,11 @@ this driver says them without editing its files:
   with the FileNotFoundError the converter expects when the file is missing;
 * llama.cpp's loader wants a `tokenizer.ggml.merges` key for a BPE vocabulary even when there
   are no merges ("cannot find tokenizer merges in model file"), and GGUF cannot store an
-  empty list, so the driver writes one inert merge (MERGE) when the converter wrote none.
+  empty list, so the driver writes one inert merge (MERGE) when the converter wrote none;
+* GLM-4.5's vocabulary step (`_set_vocab_glm`, for the kit's target with an MTP layer,
+  properties/export/glm_mtp.py) looks up GLM's own special tokens ("[gMASK]", "<|user|>", ...),
+  which the kit's tokenizer has not: the driver gives it the plain BPE step Qwen3's conversion
+  takes (`_set_vocab_gpt2`), so the GGUF's vocabulary is the kit target's.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ def main(argv) -> int:
         raise FileNotFoundError(f"{model_dir / 'tokenizer.model'}: the kit's tokenizer is BPE")
 
     base.TextModel._set_vocab_sentencepiece = no_sentencepiece
+    from conversion import glm
+    glm.Glm4MoeModel.set_vocab = base.TextModel._set_vocab_gpt2
     original = gguf.SpecialVocab.add_to_gguf
 
     def add_to_gguf(self, gw, quiet: bool = False):

@@ -157,6 +157,11 @@ def export(directory, drafter, models: str = "kit") -> Path:
     if drafter.hidden is not None and head.hidden != drafter.hidden:
         raise ValueError(f"the {models} {drafter.kind} head reads the {head.hidden.describe()}, "
                          f"not the {drafter.hidden.describe()} the method declares")
+    if drafter.kind == "mtp":
+        # an MTP layer ships inside its target: the served target and the layer as GLM-4.5
+        # (properties/export/glm_mtp.py), the one format llama.cpp's converter takes for both
+        from properties.export import glm_mtp
+        return glm_mtp.write(head, Path(directory) / drafter.head)
     return write_vllm(head, Path(directory) / drafter.head)
 
 

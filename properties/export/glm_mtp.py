@@ -1,0 +1,182 @@
+"""The served target with one MTP layer, written as a GLM-4.5 checkpoint (Glm4MoeForCausalLM):
+the only way llama.cpp's draft-mtp can run the kit's target, since its converter takes an MTP
+layer only for architectures that declare one (GLM-4.5, DeepSeek, Qwen3-Next/3.5, MiMo, ...),
+never for Qwen3.
+
+Why the export computes exactly the kit's target and its reference MTP layer
+(reference/heads/mtp.py), read from the vendored llama.cpp (.engines/llamacpp/src) and
+transformers 5.25 (models/glm4_moe/modeling_glm4_moe.py):
+
+* the trunk. `first_k_dense_replace` = the target's depth makes every trunk layer dense
+  (src/models/glm4-moe.cpp, graph: `il < n_layer_dense_lead` -> build_ffn(up, gate, down,
+  SILU, PAR)); each layer is attn_norm, q/k/v (no bias: attention_bias false, the biases are
+  optional tensors, llama-model.cpp create_tensor_qkv), the per-head q/k RMSNorm
+  (use_qk_norm true), RoPE on n_rot = head_dim * partial_rotary_factor dimensions (1.0: all of
+  them) of type NEOX for GLM4_MOE (llama-model.cpp llama_model_rope_type: NEOX unless M-RoPE),
+  the residual, post_attention_layernorm (GGUF attn_post_norm), the SwiGLU MLP and the
+  residual: Qwen3's layer (reference/model.py Block), tensor names included (HF's dense
+  Glm4Moe layer has Qwen3's names).
+* the MTP layer (model.layers.N, N the depth; graph_mtp in glm4-moe.cpp): enorm(embedding) and
+  hnorm(h), concatenated embedding first (ggml_concat(e_norm, h_norm)), eh_proj, then one
+  decoder layer as above whose FFN must be a mixture of experts (graph_mtp asserts
+  ffn_gate_inp): routed experts that are all the reference layer's SwiGLU (EXPERTS), top-1,
+  sigmoid gating with norm_topk_prob: the chosen one's weight is sigmoid(s) / sigmoid(s) = 1
+  exactly whatever the router says (build_moe_ffn: probs, then weights / their sum;
+  routed_scaling_factor 1.0 is not applied, `w_scale != 1`), and whichever it chooses
+  computes the same numbers; the router and its selection bias are zero. The shared
+  expert the graph always adds is all zeros, so it adds exactly 0. Then the head norm and the
+  lm_head: shared_head.norm / shared_head.head are left out, so llama.cpp uses the target's
+  output_norm and output (graph_mtp: `shared_head_norm ? ... : model.output_norm`), which is
+  the reference's "the target's final norm and lm_head". The recycled state is that normed
+  output (res->t_h_nextn is set after the head norm): recycle="normed".
+
+transformers cannot run the MTP layer (a router with one expert fails its group top-2, and
+Glm4MoeForCausalLM builds num_hidden_layers layers only, ignoring model.layers.N), so the
+trunk is checked against it (tests/test_export_glm_mtp.py) and the MTP layer by reading the
+folder back into the reference (`load`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from properties.models import tokenizer
+from reference.checkpoint import _safetensors
+from reference.heads.mtp import MTPLayer
+
+DTYPE = torch.float32
+ARCHITECTURE = "Glm4MoeForCausalLM"
+# routed experts of the MTP layer, all the same SwiGLU: one would do, but the converter writes
+# transformers' default expert_group_count (1) and llama.cpp's loader asserts n_expert_groups <
+# n_expert (src/llama-model.cpp:1365: "GGML_ASSERT(hparams.n_expert_groups < hparams.n_expert)
+# failed" with one expert, 2026-12-07); with two equal experts, top-1, whichever the router
+# picks computes the same numbers, weighted 1
+EXPERTS = 2
+
+
+def config(target_config, mtp_layers: int = 1) -> dict:
+    """config.json of the served target as Glm4MoeForCausalLM, with `mtp_layers` MTP layers."""
+    c = target_config
+    if c.tie_word_embeddings:
+        raise ValueError("glm_mtp.config: the target ties its embedding and lm_head; the export "
+                         "writes them apart (tie_word_embeddings false)")
+    return {
+        "architectures": [ARCHITECTURE], "model_type": "glm4_moe",
+        "vocab_size": c.vocab_size, "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size, "num_hidden_layers": c.num_hidden_layers,
+        "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.head_dim,
+        "hidden_act": "silu", "max_position_embeddings": c.max_position_embeddings,
+        "rms_norm_eps": c.rms_norm_eps, "tie_word_embeddings": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta,
+                            "partial_rotary_factor": 1.0},
+        "partial_rotary_factor": 1.0, "rope_theta": c.rope_theta,
+        "attention_bias": False, "use_qk_norm": True,
+        # every trunk layer dense; the MTP layer's FFN is one routed expert and a zero shared one
+        "first_k_dense_replace": c.num_hidden_layers,
+        "n_routed_experts": EXPERTS, "num_experts_per_tok": 1, "n_shared_experts": 1,
+        "moe_intermediate_size": c.intermediate_size, "norm_topk_prob": True,
+        "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+        "num_nextn_predict_layers": mtp_layers, "num_mtp_layers": mtp_layers,
+        "torch_dtype": "float32", "bos_token_id": None, "eos_token_id": None,
+        "pad_token_id": None,
+    }
+
+
+def tensors(head: MTPLayer) -> dict:
+    """The checkpoint's tensors (float32): the target's under their own (Qwen3 = GLM dense)
+    names, the MTP layer as model.layers.N."""
+    if not isinstance(head, MTPLayer):
+        raise TypeError(f"glm_mtp.tensors takes an MTPLayer, got {type(head).__name__}")
+    if head.order != "embedding-first" or head.recycle != "normed":
+        raise ValueError(f"llama.cpp's GLM-4.5 MTP layer reads [enorm(e), hnorm(h)] and recycles "
+                         f"its normed output: order='embedding-first', recycle='normed', got "
+                         f"order={head.order!r}, recycle={head.recycle!r}")
+    c = head.target.config
+    state = {name: t for name, t in head.target.state_dict().items()}
+    n = c.num_hidden_layers
+    mtp = f"model.layers.{n}."
+    block = head.mtp_block
+    state[mtp + "enorm.weight"] = head.enorm.weight
+    state[mtp + "hnorm.weight"] = head.hnorm.weight
+    state[mtp + "eh_proj.weight"] = head.eh_proj.weight
+    for name, t in block.state_dict().items():
+        if name.startswith("mlp."):
+            # the reference layer's SwiGLU is every routed expert; one is chosen, weight 1
+            for e in range(EXPERTS):
+                state[mtp + f"mlp.experts.{e}." + name[len("mlp."):]] = t
+        else:
+            state[mtp + name] = t
+    H, I = c.hidden_size, c.intermediate_size
+    like = head.eh_proj.weight
+    state[mtp + "mlp.gate.weight"] = torch.zeros(EXPERTS, H, dtype=like.dtype)
+    state[mtp + "mlp.gate.e_score_correction_bias"] = torch.zeros(EXPERTS, dtype=like.dtype)
+    for name, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        state[mtp + f"mlp.shared_experts.{name}.weight"] = torch.zeros(shape, dtype=like.dtype)
+    return {name: t.detach().to(DTYPE).contiguous().cpu() for name, t in state.items()}
+
+
+def write(head: MTPLayer, path) -> Path:
+    """Write the target of `head` with `head` as its MTP layer to the folder `path`."""
+    from properties.export.kit import generation_config
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config(head.target.config), indent=2) + "\n")
+    _safetensors().save_file(tensors(head), str(path / "model.safetensors"),
+                             metadata={"format": "pt"})
+    (path / "generation_config.json").write_text(json.dumps(generation_config(), indent=2))
+    for file, text in tokenizer.tokenizer_files().items():
+        (path / file).write_text(text)
+    return path
+
+
+def load(path, hidden, lead: bool = True):
+    """The folder `write` wrote, read back into the reference: (target Qwen3, MTPLayer) in
+    float64, the layer with `hidden` and llama.cpp's conventions (embedding first, the normed
+    output recycled, `lead`)."""
+    from dataclasses import replace
+
+    from reference.model import Config, Qwen3
+    path = Path(path)
+    cfg = json.loads((path / "config.json").read_text())
+    if cfg.get("architectures") != [ARCHITECTURE] or cfg.get("num_nextn_predict_layers") != 1:
+        raise ValueError(f"{path}/config.json is not a {ARCHITECTURE} with one MTP layer")
+    state = _safetensors().load_file(str(path / "model.safetensors"))
+    n = cfg["num_hidden_layers"]
+    shapes = Config(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+                    intermediate_size=cfg["intermediate_size"], num_hidden_layers=n,
+                    num_attention_heads=cfg["num_attention_heads"],
+                    num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"],
+                    rope_theta=cfg["rope_parameters"]["rope_theta"],
+                    rms_norm_eps=cfg["rms_norm_eps"],
+                    max_position_embeddings=cfg["max_position_embeddings"])
+    mtp = f"model.layers.{n}."
+    target = Qwen3(replace(shapes))
+    target.load_state_dict({k: v for k, v in state.items() if not k.startswith(mtp)},
+                           strict=True)
+    target = target.to(torch.float64).eval().requires_grad_(False)
+    head = MTPLayer(target, hidden, order="embedding-first", recycle="normed", lead=lead)
+    own = {}
+    for name, t in state.items():
+        if not name.startswith(mtp):
+            continue
+        name = name[len(mtp):]
+        if name.startswith("mlp.experts."):
+            key = "mtp_block.mlp." + name.split(".", 3)[3]
+            if key in own and not torch.equal(own[key], t):
+                raise ValueError(f"{path}: {mtp}{name} differs from another expert's: the "
+                                 f"export's routed experts must be one SwiGLU")
+            own[key] = t
+        elif name.startswith(("mlp.gate.", "mlp.shared_experts.")):
+            if torch.count_nonzero(t):
+                raise ValueError(f"{path}: {mtp}{name} is not zero: the export's router and "
+                                 f"shared expert must be")
+        elif name in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
+            own[name] = t
+        else:
+            own["mtp_block." + name] = t
+    head.load_state_dict(own, strict=True)
+    return target, head.to(torch.float64).eval().requires_grad_(False)
