@@ -73,6 +73,10 @@ def llama_layer(head):
 
 def write_vllm(head, path) -> Path:
     """Write a reference EAGLE-3 head or Medusa heads to `path` in vLLM's format (float32)."""
+    from reference.heads.dflash import DFlashHead
+    if isinstance(head, DFlashHead):    # both engines' DFlash format: properties/export/dflash.py
+        from properties.export.dflash import write_dflash
+        return write_dflash(head, path)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().to(DTYPE).contiguous().cpu()
@@ -131,6 +135,9 @@ def load_vllm(path, target):
     from reference.hidden import HiddenStates
     path = Path(path)
     config = json.loads((path / "config.json").read_text())
+    if config.get("architectures") == ["DFlashDraftModel"]:
+        from properties.export.dflash import load_dflash
+        return load_dflash(path, target)
     state = _safetensors().load_file(str(path / "model.safetensors"))
     if config.get("model_type") == "medusa":
         head = MedusaHeads(target.config, config["num_heads"],

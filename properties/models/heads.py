@@ -29,6 +29,7 @@ from reference.heads.random import random_head
 # one seed per kind, apart from the served models' (9001, 9002)
 SEEDS = {"eagle3": 9003, "medusa": 9004}
 SEEDS["mtp"] = 9005   # an MTP layer (llama.cpp's draft-mtp, served in a GLM-4.5 export)
+SEEDS["dflash"] = 9006   # a DFlash block drafter (properties/models/dflash.py)
 DTYPE = torch.float32
 # Medusa heads of the served head methods: one per drafted position (the methods' k)
 MEDUSA_HEADS = 4
@@ -42,6 +43,9 @@ def served_head(drafter):
     if drafter.kind not in SEEDS:
         raise ValueError(f"no served head of kind {drafter.kind!r}: the kit exports "
                          f"{sorted(SEEDS)} for vLLM")
+    if drafter.kind == "dflash":
+        from properties.models.dflash import served_dflash
+        return served_dflash(drafter, SEEDS["dflash"])
     target = served.build(drafter.target)
     options = {"hidden": drafter.hidden} if drafter.hidden is not None else {}
     if drafter.kind == "medusa":
@@ -144,7 +148,8 @@ def greedy_proposals(head, target, context, k: int) -> tuple:
     if len(context) < 2 or k == 0:
         return ()
     features = _features(head, target, context[:-1])
-    limit = min(k, head.num_heads) if isinstance(head, MedusaHeads) else k
+    limit = (min(k, head.num_heads) if isinstance(head, MedusaHeads)
+             else min(k, getattr(head, "max_proposals", k)))   # DFlash: its block's masks
     out = []
     for _ in range(limit):
         out.append(int(greedy_token(_round_row(head, features, context, out))))

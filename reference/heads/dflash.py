@@ -191,6 +191,11 @@ class DFlashHead(nn.Module):
         """features [B, n, width]: the target's features f_0 .. f_{n-1} of the verified tokens
         (positions 0 .. n - 1; n may be 0); newest [B]: the token t_n at position n. -> logits
         [B, block_size - 1, V]: row i - 1 is the law of t_{n+i}, i = 1 .. block_size - 1."""
+        return self.readout()(self.states(features, newest))
+
+    def states(self, features, newest):
+        """The final norm's output at the masks, [B, block_size - 1, H]: what the readout
+        (lm_head) turns into the logits of forward."""
         width = self.hidden.width(self.config.hidden_size)
         if not torch.is_tensor(features) or features.dim() != 3 or features.shape[-1] != width:
             raise ValueError(f"DFlashHead: features must be [batch, tokens, {width}] "
@@ -217,8 +222,7 @@ class DFlashHead(nn.Module):
         context_positions = torch.arange(n, device=device).expand(B, n)
         for layer in self.layers:
             x = layer(x, context, block_positions, context_positions)
-        logits = self.readout()(self.norm(x))                                    # [B, T, V]
-        return logits[:, 1:]
+        return self.norm(x)[:, 1:]                                               # [B, T - 1, H]
 
 
 class DFlashProposer:

@@ -1,0 +1,71 @@
+"""The kit's served DFlash head (reference/heads/dflash.py) for the 32-token served target: what
+properties/models/heads.py `served_head` returns for a HeadDraft of kind "dflash", and what
+properties/export/dflash.py writes for the engines.
+
+- a block of BLOCK = K + 1 tokens (the newest and K masks): both engines decode 1 + k tokens a
+  round (llama.cpp n_max + 1, vLLM 1 + num_speculative_tokens), so the served head's block is
+  the head methods' k + 1, and its config says so (dflash_config.block_size);
+- the mask token: MASK = the vocabulary's last id (its embedding is the target's, as the
+  head's embedding is the target's);
+- seeded random weights, then its own lm_head fitted by least squares to the target's logits
+  of the tokens it drafts (a fully random head is accepted too rarely to show anything; with
+  the target's lm_head nothing could be fitted): the export ships that lm_head, which both
+  engines load as the head's own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from properties.models import served
+from reference.heads.dflash import DFlashHead
+from reference.heads.random import randomize
+
+K = 4                  # the proposals a round of the engines' dflash methods
+BLOCK = K + 1
+MASK = served.VOCAB - 1
+DTYPE = torch.float32
+
+
+def served_dflash(drafter, seed: int) -> DFlashHead:
+    """The served DFlash head a HeadDraft of kind "dflash" loads: float64, its weights exact in
+    float32, reading the drafter's hidden states (drafter.hidden: target layers' outputs)."""
+    if drafter.kind != "dflash":
+        raise ValueError(f"served_dflash: drafter.kind must be 'dflash', got {drafter.kind!r}")
+    if drafter.hidden is None:
+        raise ValueError(f"served_dflash: the HeadDraft {drafter.head!r} must name its hidden "
+                         f"states (the target layers whose outputs dflash_config."
+                         f"target_layer_ids lists)")
+    target = served.build(getattr(drafter, "target", "target"))
+    head = DFlashHead(target, drafter.hidden, block_size=BLOCK, mask_token_id=MASK,
+                      own_lm_head=True)
+    head = randomize(head, seed).to(device=target.lm_head.weight.device)
+    fit_readout(head, target, seed)
+    return head.to(DTYPE).to(torch.float64).eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def fit_readout(head, target, seed: int, rows: int = 256, length: int = 24):
+    """Fit the head's own lm_head by least squares to the target's logits of the tokens its
+    masks draft: mask i of the round whose newest token sits at n drafts t_{n+i}, whose target
+    logits are row n + i - 1 of a forward over the sequence. The sequences are greedy
+    continuations of seeded random prompts (as properties/models/heads.py fits EAGLE-3)."""
+    from reference.cache import KVCache
+    c = target.config
+    generator = torch.Generator().manual_seed(seed)
+    seqs = torch.randint(0, c.vocab_size, (rows, 4), generator=generator)
+    while seqs.shape[1] < length:
+        cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim,
+                        seqs.shape[1], torch.float64, "cpu")
+        seqs = torch.cat([seqs, target(seqs, cache)[:, -1].argmax(-1)[:, None]], 1)
+    cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim, length,
+                    torch.float64, "cpu")
+    logits, features = target.forward_hidden(seqs, cache, head.hidden)
+    xs, ys = [], []
+    masks = head.max_proposals
+    for n in range(1, length - masks):
+        xs.append(head.states(features[:, :n], seqs[:, n]))                  # [rows, masks, H]
+        ys.append(logits[:, n:n + masks])                                    # t_{n+1} .. t_{n+masks}
+    x, y = torch.cat(xs).reshape(-1, c.hidden_size), torch.cat(ys).reshape(-1, c.vocab_size)
+    y = y - y.mean(-1, keepdim=True)     # softmax ignores a row's shift
+    head.lm_head.weight.copy_(torch.linalg.lstsq(x, y).solution.T)
