@@ -241,17 +241,20 @@ engine-onnxruntime-genai: $(ORTGENAI_STAMP)
 # then ends INCOMPLETE, or NOT CONFORMANT on what it reached, saying how far it got); none by
 # default. OpenVINO's default-setting runs take over 25 minutes each here.
 ENGINE_TIME_LIMIT ?=
-# The runs: every method the engines' files declare that runs on the kit's models here
-# (python -m properties.serve methods ENGINE ...: a trained pair's methods and those the engine
-# refuses on a CPU are left out, `methods --all` says why); ENGINE_RUNS="vllm:ngram ..." to choose.
+# The runs: every method the engines' files declare that runs on the kit's models here, then
+# each on the trained pairs it declares (ENGINE:METHOD:PAIR, Method.pairs: the trained check with
+# its speed-up) (python -m properties.serve methods ENGINE ...: those the engine refuses on a CPU
+# are left out, `methods --all` says why); ENGINE_RUNS="vllm:ngram llamacpp:draft-small:trained"
+# to choose.
 ENGINE_NAMES ?= vllm llamacpp transformers openvino onnxruntime-genai
 ENGINE_RUNS ?=
 engines: $(STAMP) engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai
 	@status=0; runs="$(ENGINE_RUNS)"; \
 	[ -n "$$runs" ] || runs=$$($(PY) -m properties.serve methods $(ENGINE_NAMES)); \
 	for run in $$runs; do \
-		engine=$${run%%:*}; method=$${run#*:}; \
-		$(PY) -m properties.serve run $$engine $$method --results $(RESULTS) \
+		engine=$${run%%:*}; method=$${run#*:}; models=kit; \
+		case $$method in *:*) models=$${method#*:}; method=$${method%%:*};; esac; \
+		$(PY) -m properties.serve run $$engine $$method --models $$models --results $(RESULTS) \
 			--known-failures tests/known/$$engine.txt \
 			$(if $(ENGINE_TIME_LIMIT),--time-limit $(ENGINE_TIME_LIMIT)) || status=1; \
 	done; cat $(basename $(RESULTS)).md; \

@@ -309,8 +309,7 @@ def exact_draft(drafter):
 
 
 # the heads' kinds, and their names in the papers
-HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP",
-              "dflash": "DFlash"}
+HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
 
 Drafter = ModelDraft | Lookup | StatefulLookup | Unknown | Scripted | HeadDraft
 
@@ -318,6 +317,8 @@ PERFECT = ModelDraft("target")
 EARLY_EXIT = ModelDraft("draft-early-exit")
 RANDOM = ModelDraft("draft-random")
 SMALL = ModelDraft("draft-small", trained_only=True)
+# Method.pairs of a draft both trained pairs have (the small draft, the early exit)
+BOTH_PAIRS = ("trained", "trained-large")
 LOOKUP = Lookup()
 UNKNOWN = Unknown()
 NONE = Unknown("none")
@@ -342,6 +343,11 @@ class Method:
     # message, and where it runs instead. `make engines` leaves it out (still listed); the
     # launcher still starts it when asked, so the refusal is re-checked on every new version
     refused: str | None = None
+    # the trained pairs (properties/export/trained.py PAIRS) `make engines` also runs it on, with
+    # `--models PAIR`: greedy on held-out text, the counts against the exact replay and the
+    # speed-up where speculation pays (the kit's 32-token models show none). A drafter only a
+    # trained pair has (the small draft, a trained head) names the pairs it belongs to here.
+    pairs: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.drafter, (ModelDraft, Lookup, StatefulLookup, Unknown, Scripted,
@@ -356,6 +362,13 @@ class Method:
         if self.verification not in VERIFICATIONS:
             raise ValueError(f"Method {self.name!r}: verification={self.verification!r}, "
                              f"choose from {VERIFICATIONS}")
+        from properties.export.trained import PAIRS
+        if not isinstance(self.pairs, tuple) or any(p not in PAIRS for p in self.pairs):
+            raise ValueError(f"Method {self.name!r}: pairs={self.pairs!r}, must be a tuple of "
+                             f"{tuple(PAIRS)}")
+        if self.drafter.trained_only and not self.pairs:
+            raise ValueError(f"Method {self.name!r}: its drafter only a trained pair has, so "
+                             f"pairs=() must name the pairs it runs on, e.g. ('trained',)")
 
 
 # --served-draft=NAME, for a server checked by URL (the launcher hands its Method instead)

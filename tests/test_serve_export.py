@@ -4,6 +4,7 @@ tokenizer round-trips every id through text, and float32 stays within the stated
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -125,6 +126,43 @@ def test_methods_lists_what_make_engines_runs(capsys):
     assert "trained pair" in lines["vllm:draft-small"]
     assert cli.main(["methods", "nosuchengine"]) == 2
     assert "ENGINE='nosuchengine'" in capsys.readouterr().err
+
+
+def test_methods_lists_the_trained_runs_each_method_declares(capsys):
+    """A method's trained pairs (Method.pairs) are listed as ENGINE:METHOD:PAIR after the kit's
+    runs, except where the launcher would refuse the pair before starting (vLLM's CPU attention
+    takes no head_dim 24, the committed small draft's), which --all names."""
+    from properties import engines
+    assert cli.main(["methods", "vllm", "llamacpp"]) == 0
+    order = capsys.readouterr().out.split()
+    listed = set(order)
+    for name in ("vllm", "llamacpp"):
+        for method in engines.get(name).methods.values():
+            for pair in method.pairs:
+                if (name, method.name, pair) != ("vllm", "draft-small", "trained"):
+                    assert f"{name}:{method.name}:{pair}" in listed, (method.name, pair)
+    assert "vllm:draft-small:trained" not in listed
+    assert "vllm:draft-small:trained-large" in listed
+    assert "llamacpp:eagle3-trained-large:trained-large" in listed
+    assert "llamacpp:eagle3-trained-large:trained" not in listed   # its head reads layers 1, 4, 7
+    assert order.index("llamacpp:eagle3") < order.index("vllm:draft-early-exit:trained")
+    assert cli.main(["methods", "--all", "vllm"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "head_dim=24" in lines["vllm:draft-small:trained"]
+
+
+@pytest.mark.parametrize("pairs, words", [(("trained", "nosuch"), "pairs=('trained', 'nosuch')"),
+                                          (["trained"], "must be a tuple")])
+def test_method_pairs_must_name_trained_pairs(pairs, words):
+    from properties.methods import EARLY_EXIT, Method
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Method("m", "d", EARLY_EXIT, pairs=pairs)
+
+
+def test_a_trained_only_drafter_names_its_pairs():
+    from properties.methods import SMALL, Method
+    with pytest.raises(ValueError, match=r"pairs=\(\) must name the pairs"):
+        Method("draft-small", "d", SMALL)
 
 
 def test_exact_counts_beside_the_engines_own():

@@ -70,7 +70,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from properties.methods import EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, Scripted
+from properties.methods import BOTH_PAIRS, EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, Scripted
 from properties.engines import Command, Engine, EngineMissing, Method, python_api
 from properties.engines.local import engines_dir
 
@@ -94,7 +94,8 @@ CALLER_DRAFTS_REFUSED = (
     "begin_turn, one engine.run (the prefill), request.set_draft_tokens(drafts) before each "
     "later run, and Engine.get_speculative_stats() for the counts")
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "draft model: the target's first layer", EARLY_EXIT, K),
+    Method("draft-early-exit", "draft model: the target's first layer", EARLY_EXIT, K,
+           pairs=BOTH_PAIRS),
     Method("draft-random", "draft model: an independent random model", RANDOM, K),
     Method("perfect-draft", "draft model: the target itself", PERFECT, K),
     Method("ngram", f"n-gram drafting from the context (ngram_size {NGRAM})", LOOKUP, K),
@@ -102,7 +103,7 @@ METHODS = {m.name: m for m in (
     # with --models trained-large (head size 32)
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
-           SMALL, K),
+           SMALL, K, pairs=BOTH_PAIRS),
     # the kit's scripted drafts through the Engine's caller-supplied drafts: refused here (the
     # module's docstring); the worker asks the engine again at every start
     Method("caller-drafts", "Request.set_draft_tokens: the kit's scripted drafts, right for the "

@@ -130,10 +130,13 @@ def _methods() -> dict:
              methods.SMALL))
     found = {}
     for name, description, draft in base:
-        found[name] = OpenVINOMethod(name, description + " (default SchedulerConfig)", draft, K)
+        # the drafts a trained pair has also run on both pairs (make engines)
+        pairs = methods.BOTH_PAIRS if draft in (methods.EARLY_EXIT, methods.SMALL) else ()
+        found[name] = OpenVINOMethod(name, description + " (default SchedulerConfig)", draft, K,
+                                     pairs=pairs)
         found[f"{name}-no-prefix-caching"] = OpenVINOMethod(
             f"{name}-no-prefix-caching", description + " (SchedulerConfig: prefix caching off)",
-            draft, K, scheduler=NO_PREFIX_CACHING)
+            draft, K, scheduler=NO_PREFIX_CACHING, pairs=pairs)
     return found
 
 
@@ -210,7 +213,7 @@ def _head_methods() -> dict:
                                          "dropped) on the trained target's layer outputs 0, 2, "
                                          "4 (--models trained; default SchedulerConfig)",
                        HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
-                                 trained_only=True, qk_norm=False), K),
+                                 trained_only=True, qk_norm=False), K, pairs=("trained",)),
         # the weight-bound pair's head reads other layers, so it is a method of its own
         OpenVINOMethod("eagle3-trained-large",
                        "EAGLE-3: the weight-bound pair's trained head in a Llama layer (q/k norm "
@@ -218,7 +221,7 @@ def _head_methods() -> dict:
                        "default SchedulerConfig)",
                        HeadDraft("eagle3", "head-eagle3-llama-trained-large",
                                  EAGLE3_TRAINED_LARGE_HIDDEN, trained_only=True, qk_norm=False),
-                       K),
+                       K, pairs=("trained-large",)),
     )}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from properties.adapters.dialects import Dialect, prometheus_counters
 from properties.adapters.protocol import BadResponse
-from properties.methods import (EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, HeadDraft,
+from properties.methods import (BOTH_PAIRS, EARLY_EXIT, LOOKUP, PERFECT, RANDOM, SMALL, HeadDraft,
                                 Scripted, StatefulLookup)
 from properties.engines import Command, Engine, EngineMissing, Method
 from properties.engines.local import engines_dir, output
@@ -53,7 +53,7 @@ SYNTHETIC_WORDS = ("vLLM's rejection_sample_method='synthetic' \"accepts draft t
                    "target's probabilities: a benchmarking mode, lossy by design")
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model: the target's first layer (early exit)",
-           EARLY_EXIT, K),
+           EARLY_EXIT, K, pairs=BOTH_PAIRS),
     Method("draft-random", "draft model: an independent random model", RANDOM, K),
     Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
            PERFECT, K),
@@ -62,7 +62,7 @@ METHODS = {m.name: m for m in (
     # served with --models trained-large (the weight-bound pair's draft: head_dim 32)
     Method("draft-small", "draft model: a trained pair's small draft "
                           "(--models trained or trained-large)",
-           SMALL, K),
+           SMALL, K, pairs=BOTH_PAIRS),
     # issue 40: the engine's other drafting conventions and verification rules, each with the
     # early-exit draft (what the option changes is then the only difference to draft-early-exit)
     Method("draft-early-exit-probabilistic",
@@ -100,7 +100,7 @@ METHODS = {m.name: m for m in (
            K, proposals="greedy"),
     Method("eagle3-trained", "EAGLE-3 head trained on the trained target (--models trained)",
            HeadDraft("eagle3", "head-eagle3-trained", EAGLE3_TRAINED_HIDDEN, trained_only=True),
-           K, proposals="greedy"),
+           K, proposals="greedy", pairs=("trained",)),
     Method("medusa", "Medusa: 4 heads (seeded random init) on the target's normed last hidden "
                      "state", HeadDraft("medusa", "head-medusa", MEDUSA_HIDDEN, replays=True),
            K, proposals="greedy"),

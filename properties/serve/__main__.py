@@ -5,8 +5,10 @@ the weight-bound one of `make models-large`).
 ``python -m properties.serve recipes DIR`` prints the recipes for an existing export.
 
 ``python -m properties.serve methods [ENGINE ...]`` lists ENGINE:METHOD for every method the
-engines declare that runs on the kit's models here (what ``make engines`` runs); ``--all`` lists
-every method, saying why one is left out (a trained pair's only, refused on this machine).
+engines declare that runs on the kit's models here, then ENGINE:METHOD:PAIR for every trained pair
+a method declares (`Method.pairs`; the trained check and its speed-up): what ``make engines``
+runs; ``--all`` lists every method and pair, saying why one is left out (a trained pair's only,
+refused on this machine, a head size the engine refuses).
 """
 
 from __future__ import annotations
@@ -117,19 +119,31 @@ def main(argv=None) -> int:
 def left_out(method) -> str | None:
     """Why `make engines` does not run this method on the kit's models, or None."""
     if method.drafter.trained_only:
-        return "a trained pair's only (--models trained or trained-large)"
+        return f"a trained pair's only (--models {' or '.join(method.pairs)})"
     if method.refused:
         return f"refused on this machine: {method.refused}"
     return None
 
 
+def left_out_on(engine, method, pair: str) -> str | None:
+    """Why `make engines` does not run this method on the trained pair `pair` it declares, or
+    None: the refusal the launcher would give before any server starts (a head size the
+    engine's attention refuses, a pair not made in this checkout), or the engine's own."""
+    if method.refused:
+        return f"refused on this machine: {method.refused}"
+    from properties.serve.run import trained_refusal
+    return trained_refusal(engine, method, pair)
+
+
 def list_methods(names: list, every: bool) -> int:
+    """ENGINE:METHOD for a run on the kit's models, ENGINE:METHOD:PAIR for one on a trained
+    pair the method declares (Method.pairs): what `make engines` runs, in that order."""
     unknown = [n for n in names if n not in engines.ENGINES]
     if unknown:
         print(f"error: ENGINE={unknown[0]!r}: choose from {', '.join(engines.ENGINES)}",
               file=sys.stderr)
         return 2
-    runs = []
+    runs, trained_runs = [], []
     for name in names:
         try:
             engine = engines.get(name)
@@ -143,8 +157,15 @@ def list_methods(names: list, every: bool) -> int:
                       + (f"  [left out: {why}]" if why else ""))
             elif why is None and engine.runnable:
                 runs.append(f"{name}:{method.name}")
+            for pair in method.pairs:
+                why = left_out_on(engine, method, pair)
+                if every:
+                    print(f"{name}:{method.name}:{pair}  on the {pair} pair"
+                          + (f"  [left out: {why}]" if why else ""))
+                elif why is None and engine.runnable:
+                    trained_runs.append(f"{name}:{method.name}:{pair}")
     if not every:
-        print(" ".join(runs))
+        print(" ".join(runs + trained_runs))
     return 0
 
 

@@ -276,7 +276,7 @@ def resolve(engine_name: str, method_name: str | None, models: str = "kit",
         raise SetupError(f"models={models!r}: choose kit, {' or '.join(trained_export.PAIRS)}")
     # a trained pair: a shape the engine cannot run is refused here, before anything starts,
     # naming the model, its head_dim and the engine
-    refused = _trained_refusal(engine, method, models) if models != "kit" else (
+    refused = trained_refusal(engine, method, models) if models != "kit" else (
         f"method {method.name} drafts with {method.drafter.describe()}, which only a trained "
         f"pair has: pass --models trained or --models trained-large"
         if method.drafter.trained_only else None)
@@ -296,7 +296,7 @@ def resolve(engine_name: str, method_name: str | None, models: str = "kit",
     return engine, method, env, version
 
 
-def _trained_refusal(engine, method, models: str = "trained") -> str | None:
+def trained_refusal(engine, method, models: str = "trained") -> str | None:
     """Why `engine` cannot run `method` on the pair `models` names (a draft it does not have, a
     head size the engine's attention refuses, a pair not made yet), or None."""
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect, read_prometheus
-from properties.methods import EARLY_EXIT, PERFECT, SMALL
+from properties.methods import BOTH_PAIRS, EARLY_EXIT, PERFECT, SMALL
 from properties.engines import Command, Engine, Method
 from reference.penalties import OPENAI
 
@@ -29,9 +29,9 @@ METHODS = {m.name: m for m in (
     # per round
     Method("draft-early-exit", "a trained pair's early exit "
                                "(--models trained or trained-large)",
-           EARLY_EXIT),
+           EARLY_EXIT, pairs=BOTH_PAIRS),
     Method("draft-small", "a trained pair's small draft (--models trained or trained-large)",
-           SMALL),
+           SMALL, pairs=BOTH_PAIRS),
 )}
 # its speculation counters, on its /metrics page (tests/fakes/server.py)
 DRAFTED = "kit_fake_drafted_tokens_total"
