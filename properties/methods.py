@@ -309,7 +309,8 @@ def exact_draft(drafter):
 
 
 # the heads' kinds, and their names in the papers
-HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP"}
+HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP",
+              "dflash": "DFlash"}
 
 Drafter = ModelDraft | Lookup | StatefulLookup | Unknown | Scripted | HeadDraft
 

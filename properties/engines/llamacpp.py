@@ -133,6 +133,14 @@ EAGLE3_LAST_HIDDEN = HiddenStates((0, 1, 2), "input")
 # norm, replayed as such)
 EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
 EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
+# The hidden states llama.cpp feeds a DFlash drafter (draft-dflash): the outputs of the target
+# layers dflash_config.target_layer_ids names (the converter writes id + 1 as the layer whose
+# input is read, conversion/qwen.py:735-738; common/speculative.cpp:1056-1059), fused by the
+# head's fc and hidden_norm into the draft's KV cache; the block [newest, k masks] is decoded
+# non-causally and the masks' argmaxes are the k proposals (reference/heads/dflash.py has the
+# whole convention with file:line). Layer 0 only: the output of the served target's last layer
+# (id 1) has no recorded layer input in the Qwen3 graph (src/models/qwen3.cpp:72 covers il < N).
+DFLASH_HIDDEN = HiddenStates((0,), "output")
 
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
@@ -179,6 +187,10 @@ METHODS = {m.name: m for m in (
                                    "layer (--models trained-large)",
            HeadDraft("eagle3", "head-eagle3-llama-trained-large", EAGLE3_TRAINED_LARGE_HIDDEN,
                      trained_only=True, qk_norm=False), K, pairs=("trained-large",)),
+    Method("dflash", "DFlash block drafter (draft-dflash; seeded random init, its own fitted "
+                     "lm_head, a block of the newest token and 4 masks) reading the output of "
+                     "target layer 0",
+           HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K),
 )}
 # the --spec-* options of each method that drafts from the context (a draft model's are built
 # in spec_options)
@@ -502,7 +514,8 @@ def spec_options(method: Method | None, gguf) -> list:
     if method.drafter.lookup:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
-    kind = "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple"
+    kind = ("draft-dflash" if getattr(method.drafter, "kind", None) == "dflash"
+            else "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple")
     # the draft's KV cache in float32 as the target's (command): its default is float16 apart
     # from the target's, and with it the target drafting for itself rejected a proposal whose
     # float64 top-two gap is 4.7e-4 (prompt [2, 2, 2], max_tokens 6: 3 of 4 accepted; 4 of 4
