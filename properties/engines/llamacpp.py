@@ -15,7 +15,9 @@ beside its drafter below, from the vendored source) and synthetic acceptance
 (`--spec-synth-rates`), which the engine names "benchmarking only" and lossy; draft-eagle3
 with the kit's EAGLE-3 heads (a Llama layer, the only EAGLE-3 layer llama.cpp computes),
 converted to GGUF by the vendored converter beside the target: `eagle3` on target layers' inputs,
-`eagle3-last-layer` with the pre-final-norm state too (EAGLE3_HIDDEN below). draft-mtp, draft-dflash and
+`eagle3-last-layer` with the pre-final-norm state too (EAGLE3_HIDDEN below); draft-dflash with
+the kit's DFlash block drafter (`dflash`, reference/heads/dflash.py, exported as
+DFlashDraftModel and converted beside the target: DFLASH_HIDDEN below). draft-mtp and
 draft-dspark need heads of target architectures the kit's Qwen3 target is not (CONFORMANCE.md,
 "llama.cpp's other speculative paths").
 """
@@ -140,6 +142,8 @@ EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
 # non-causally and the masks' argmaxes are the k proposals (reference/heads/dflash.py has the
 # whole convention with file:line). Layer 0 only: the output of the served target's last layer
 # (id 1) has no recorded layer input in the Qwen3 graph (src/models/qwen3.cpp:72 covers il < N).
+# Measured 2026-12-07 (runs/llamacpp-dflash-20261207-170012, -170258): the engine's counts over
+# the launcher's 4 greedy requests equal the kit's float64 replay, 274 drafted / 50 accepted.
 DFLASH_HIDDEN = HiddenStates((0,), "output")
 
 METHODS = {m.name: m for m in (
