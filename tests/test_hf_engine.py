@@ -122,3 +122,33 @@ def test_finding_a_prompt_token_equal_to_pad_token_id_is_hidden_from_the_assista
 
     assert rejections(pad_token_id=256) == 0           # no token has id 256: nothing masked
     assert rejections(pad_token_id=9) > 0, FIXED_UPSTREAM
+
+
+def test_finding_prompt_lookup_misses_a_stop_string_inside_an_accepted_block(tmp_path):
+    """With prompt lookup, a stop string completed before the last token of an accepted block
+    does not end the output (_assisted_decoding cuts a block for max_length and EOS only;
+    StopStringCriteria matches at the sequence's end only): the kit's served target, every
+    3-character piece of its greedy output as the stop string, as transformers serve runs it
+    (tests/findings/transformers_assisted_stop_strings/)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from properties.export import kit
+
+    directory = kit.export_model("target", tmp_path / "target")
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    ids = torch.tensor([[0, 1, 2, 0, 1, 2, 0, 1]])
+
+    def text(**extra):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                             max_new_tokens=12, pad_token_id=0, **extra)
+        return tokenizer.decode(out[0, ids.shape[1]:])
+
+    greedy = text()
+    assert text(prompt_lookup_num_tokens=4) == greedy   # without a stop string, the same tokens
+    pieces = sorted({greedy[i:i + 3] for i in range(len(greedy) - 2)})
+    expected = {s: greedy[:greedy.index(s) + 3] for s in pieces}   # one character a token
+    plain = {s: text(stop_strings=[s], tokenizer=tokenizer) for s in pieces}
+    lookup = {s: text(stop_strings=[s], tokenizer=tokenizer, prompt_lookup_num_tokens=4)
+              for s in pieces}
+    assert plain == expected
+    assert any(lookup[s] != expected[s] for s in pieces), FIXED_UPSTREAM
