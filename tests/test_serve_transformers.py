@@ -71,6 +71,9 @@ def test_the_kit_passes_transformers_serve_with_prompt_lookup(server, tmp_path):
                f"--baseline={server.url}", "--served-api=transformers",
                f"--served-generation-config={json.dumps(LOOKUP)}", "--served-draft=ngram",
                f"--kit-families={FAMILIES}", "-p", "no:cacheprovider",
+               # transformers' own defects, each with its reproduction (a run whose failures are
+               # all listed there exits 0, still NOT CONFORMANT)
+               f"--known-failures={ROOT / 'tests' / 'known' / 'transformers.txt'}",
                "-q", f"--conformance-json={report}"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
