@@ -81,7 +81,8 @@ def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
     assert last.hidden.layers == (0, 1, 2) and last.head != drafter.head
     steps = {what: [str(a) for a in step.argv]
              for what, step in engine.prepare_commands(None, "/export")}
-    heads = [argv for what, argv in steps.items() if "head" in what]
+    heads = [argv for what, argv in steps.items()
+             if "head" in what and argv[3] not in [f"/export/{m}" for m in engine.WHOLE_MODELS]]
     assert sorted(argv[3:] for argv in heads) == [
         [f"/export/{h}", f"/export/gguf/{h}.gguf", "/export/target"]
         for h in ("head-dflash", "head-eagle3-llama", "head-eagle3-llama-last")]
@@ -92,6 +93,26 @@ def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
     assert spec_tail("eagle3-cpu-draft-sampling") == spec_tail("eagle3") + [
         "--no-spec-draft-backend-sampling"]
     assert (get("llamacpp").method("eagle3-cpu-draft-sampling").drafter == drafter)
+
+
+def test_mtp_serves_the_target_with_its_layer_as_the_model():
+    """draft-mtp finds its layer in the served model (no -md): the method's server loads the
+    GLM-4.5 export of the target with its MTP layer, converted alone (no target beside it);
+    the baseline keeps the kit's target."""
+    method = get("llamacpp").method("mtp")
+    argv = [str(a) for a in engine.command(None, "/export", method, 8000).argv]
+    assert argv[argv.index("-m") + 1] == "/export/gguf/target-glm4moe-mtp.gguf"
+    assert "-md" not in argv and argv[argv.index("--spec-type") + 1] == "draft-mtp"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "4"
+    base = [str(a) for a in engine.command(None, "/export", None, 8000).argv]
+    assert base[base.index("-m") + 1] == "/export/gguf/target.gguf"
+    d = method.drafter
+    assert (d.kind, d.hidden.layers, d.hidden.where, d.hidden.normed, d.replays) == (
+        "mtp", (1,), "output", True, True)
+    assert dict(d.options) == {"order": "embedding-first", "recycle": "normed", "lead": True}
+    steps = [[str(a) for a in step.argv] for _, step in engine.prepare_commands(None, "/export")]
+    assert ["/export/target-glm4moe-mtp", "/export/gguf/target-glm4moe-mtp.gguf"] in [
+        argv[3:] for argv in steps]
 
 
 def test_a_lookup_declared_elsewhere_still_gets_ngram_simple_with_its_k():

@@ -142,8 +142,8 @@ def test_bad_input_is_refused_by_name(tmp_path):
     normed = random_head("eagle3", target, hidden=HiddenStates((1, 2, 3), "output", True))
     with pytest.raises(ValueError, match="un-normed inputs of target layers"):
         heads.write_vllm(normed, tmp_path / "normed")
-    with pytest.raises(ValueError, match="no served head of kind 'mtp'"):
-        served_heads.served_head(HeadDraft("mtp", "head-mtp"))
+    with pytest.raises(ValueError, match="no served head of kind 'eagle'"):
+        served_heads.served_head(HeadDraft("eagle", "head-eagle"))
     with pytest.raises(ValueError, match="k must be an int >= 0"):
         served_heads.greedy_proposals(served_heads.served_head(METHODS["eagle3"].drafter),
                                served.build("target"), [1, 2], -1)

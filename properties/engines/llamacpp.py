@@ -135,6 +135,24 @@ EAGLE3_LAST_HIDDEN = HiddenStates((0, 1, 2), "input")
 # norm, replayed as such)
 EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
 EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
+# draft-mtp (common/speculative.cpp:1331 common_speculative_impl_draft_mtp): the MTP layer lives
+# in the served model itself (no -md: the draft context is created against the target model,
+# speculative.cpp:2557), so the method serves the kit's target with its MTP layer exported as
+# GLM-4.5 (properties/export/glm_mtp.py, the head's export folder). What it feeds the layer:
+# every target decode (prefill and verify) is decoded by the MTP context too, token k paired
+# with the target's h_nextn row k - 1 (speculative.cpp:1517-1528), which the GLM-4.5 graph sets
+# to the final norm's output (src/models/glm4-moe.cpp: build_norm(..., output_norm), cb
+# "h_nextn"): the NORMED last hidden state. The first token of each decode is paired with
+# pending_h, the last kept row of the previous one (zero in a fresh slot), so t_0 gets a zero
+# state at position 0 and pair (h_j, t_{j+1}) sits at position j + 1: the reference layer's
+# lead=True. [enorm(e), hnorm(h)] is concatenated embedding first (glm4-moe.cpp graph_mtp,
+# ggml_concat(e_norm, h_norm)); a round chains the layer's h_nextn, set after the head norm
+# (recycle="normed"), and the proposal is the draft sampler's top candidate (top-k 10,
+# speculative.cpp:1388). Measured 2026-12-07 on a fresh one-slot server per request: greedy ==
+# target and the engine's drafted/accepted equal this replay in 6 of 6 requests, and the
+# replay without the lead pair differs in all 6.
+MTP_HIDDEN = HiddenStates((1,), "output", normed=True)
+MTP_CONVENTION = (("order", "embedding-first"), ("recycle", "normed"), ("lead", True))
 # The hidden states llama.cpp feeds a DFlash drafter (draft-dflash): the outputs of the target
 # layers dflash_config.target_layer_ids names (the converter writes id + 1 as the layer whose
 # input is read, conversion/qwen.py:735-738; common/speculative.cpp:1056-1059), fused by the
@@ -183,6 +201,11 @@ METHODS = {m.name: m for m in (
                                 "state (aux id 2, the target's depth)",
            HeadDraft("eagle3", "head-eagle3-llama-last", EAGLE3_LAST_HIDDEN, qk_norm=False,
                      replays=True), K),
+    Method("mtp", "MTP (draft-mtp): the served target with one MTP layer (seeded random init, "
+                  "eh_proj fitted), exported as GLM-4.5 (Glm4MoeForCausalLM) with the layer "
+                  "inside the target's GGUF; reads the normed last hidden state",
+           HeadDraft("mtp", "target-glm4moe-mtp", MTP_HIDDEN, replays=True,
+                     options=MTP_CONVENTION), K),
     Method("eagle3-trained", "EAGLE-3: the trained pair's head in a Llama layer (--models "
                              "trained)",
            HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
@@ -450,6 +473,9 @@ def version(env: Environment) -> str:
 # those; properties/export/heads.py writes them)
 HEAD_DRAFTS = [m.drafter for m in METHODS.values() if isinstance(m.drafter, HeadDraft)]
 HEADS = tuple(sorted({d.head for d in HEAD_DRAFTS if not d.trained_only}))
+# the heads exported as whole models (an MTP layer inside its target): converted alone, and
+# served as the model itself (-m) instead of beside the target (-md)
+WHOLE_MODELS = tuple(sorted({d.head for d in HEAD_DRAFTS if d.kind == "mtp"}))
 
 
 def prepare_commands(env: Environment | None, export_dir,
@@ -467,8 +493,8 @@ def prepare_commands(env: Environment | None, export_dir,
                Command([python, driver, env.source, root / name, gguf / f"{name}.gguf"]))
               for name in ("target",) + tuple(drafts)]
     return models + [(f"convert the head {name} to GGUF (float32, its target beside it)",
-                      Command([python, driver, env.source, root / name, gguf / f"{name}.gguf",
-                               root / "target"]))
+                      Command([python, driver, env.source, root / name, gguf / f"{name}.gguf"]
+                              + ([] if name in WHOLE_MODELS else [root / "target"])))
                      for name in heads]
 
 
@@ -494,7 +520,8 @@ def prepare(env: Environment, export_dir, log) -> None:
 
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
     gguf = Path(export_dir) / "gguf"
-    argv = [(env or RECIPE).server, "-m", gguf / "target.gguf", "--host", "127.0.0.1",
+    argv = [(env or RECIPE).server, "-m", gguf / f"{served_model(method)}.gguf",
+            "--host", "127.0.0.1",
             "--port", str(port), "-c", "2048", "-np", str(SLOTS), "-t", "1", "--no-webui",
             # the KV cache in float32, as the exported weights: its default f16 cache (and the
             # flash-attention path that comes with it) moves logprobs by up to 1.5e-3, past
@@ -503,6 +530,14 @@ def command(env: Environment | None, export_dir, method: Method | None, port: in
     # no server-wide --seed: a request without a seed must draw a fresh one (as by default),
     # or concurrent unseeded requests would share one stream of random numbers
     return Command(argv + spec_options(method, gguf), health="/health")
+
+
+def served_model(method: Method | None) -> str:
+    """The export folder (and GGUF name) the server of `method` loads as its model: the
+    target, or for an MTP method the target with its MTP layer (WHOLE_MODELS)."""
+    if method is not None and getattr(method.drafter, "kind", None) == "mtp":
+        return method.drafter.head
+    return "target"
 
 
 def spec_options(method: Method | None, gguf) -> list:
@@ -515,6 +550,10 @@ def spec_options(method: Method | None, gguf) -> list:
         return []
     if method.name in CONTEXT_OPTIONS:
         return list(CONTEXT_OPTIONS[method.name])
+    if getattr(method.drafter, "kind", None) == "mtp":   # the layer is in -m's model: no -md
+        return ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(method.k),
+                "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", "1",
+                "-ctkd", "f32", "-ctvd", "f32"]
     if method.drafter.lookup:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]

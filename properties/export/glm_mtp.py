@@ -116,7 +116,7 @@ def tensors(head: MTPLayer) -> dict:
     state[mtp + "mlp.gate.e_score_correction_bias"] = torch.zeros(EXPERTS, dtype=like.dtype)
     for name, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
         state[mtp + f"mlp.shared_experts.{name}.weight"] = torch.zeros(shape, dtype=like.dtype)
-    return {name: t.detach().to(DTYPE).contiguous().cpu() for name, t in state.items()}
+    return {name: t.detach().to(DTYPE).cpu().clone() for name, t in state.items()}
 
 
 def write(head: MTPLayer, path) -> Path:

@@ -54,6 +54,10 @@ def convert_in_this_process(source: Path, model: Path, outfile: Path,
         raise FileNotFoundError(str(model / "tokenizer.model"))
 
     base.TextModel._set_vocab_sentencepiece = sentencepiece_missing
+    # a GLM-4.5 checkpoint (llamacpp_mtp_lead_state/): its vocabulary step looks up GLM's own
+    # special tokens ("[gMASK]", ...), which the tiny tokenizer has not; give it Qwen3's step
+    from conversion import glm
+    glm.Glm4MoeModel.set_vocab = base.TextModel._set_vocab_gpt2
     add_to_gguf = gguf.SpecialVocab.add_to_gguf
 
     def with_one_merge(self, gw, quiet: bool = False):
