@@ -17,9 +17,13 @@ with the kit's EAGLE-3 heads (a Llama layer, the only EAGLE-3 layer llama.cpp co
 converted to GGUF by the vendored converter beside the target: `eagle3` on target layers' inputs,
 `eagle3-last-layer` with the pre-final-norm state too (EAGLE3_HIDDEN below); draft-dflash with
 the kit's DFlash block drafter (`dflash`, reference/heads/dflash.py, exported as
-DFlashDraftModel and converted beside the target: DFLASH_HIDDEN below). draft-mtp and
-draft-dspark need heads of target architectures the kit's Qwen3 target is not (CONFORMANCE.md,
-"llama.cpp's other speculative paths").
+DFlashDraftModel and converted beside the target: DFLASH_HIDDEN below); draft-mtp (`mtp`)
+with a seeded MTP layer of the kit's target: the converter takes an MTP layer only for
+architectures that declare one, so the method serves the target itself as GLM-4.5
+(Glm4MoeForCausalLM, properties/export/glm_mtp.py: a dense trunk computing the Qwen3 target
+exactly, the layer as model.layers.N) with the layer inside its GGUF, and the kit replays
+llama.cpp's MTP convention (MTP_HIDDEN below). draft-dspark needs a DeepSeek-V4 target
+(CONFORMANCE.md, "llama.cpp's other speculative paths").
 """
 
 from __future__ import annotations
