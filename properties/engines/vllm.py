@@ -37,6 +37,11 @@ EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
 # inputs of layers 1, 3, 5
 EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
 MEDUSA_HIDDEN = last_layer(2, normed=True)
+# DFlash (method "dflash", parallel drafting): dflash_config.target_layer_ids name target layers'
+# outputs, which vLLM reads as the aux hidden states id + 1, the stream entering the next layer
+# (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:108-111); reference/heads/dflash.py has the
+# whole convention. Layer 0, as llama.cpp's dflash method reads: one export for both engines.
+DFLASH_HIDDEN = HiddenStates((0,), "output")
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
 # acceptance rates, non-increasing, one per draft position
 SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
@@ -104,6 +109,15 @@ METHODS = {m.name: m for m in (
     Method("medusa", "Medusa: 4 heads (seeded random init) on the target's normed last hidden "
                      "state", HeadDraft("medusa", "head-medusa", MEDUSA_HIDDEN, replays=True),
            K, proposals="greedy"),
+    # DFlash: one non-causal forward over [newest, 4 masks] proposes the round's 4 tokens (the
+    # masks' argmaxes); the CPU attention backend declares non-causal support
+    # (v1/attention/backends/cpu_attn.py supports_non_causal). replays: measured 2026-12-07
+    # 17:05 (runs/vllm-dflash-20261207-170524), the launcher's 4 greedy requests: 296 drafted /
+    # 52 accepted by /metrics, equal to the float64 head's exact replay; greedy == target
+    Method("dflash", "DFlash block drafter (seeded random init, its own fitted lm_head, a block "
+                     "of the newest token and 4 masks) reading the output of target layer 0",
+           HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K,
+           proposals="greedy"),
     # suffix decoding (vllm/config/speculative.py _validate_suffix_decoding): proposals from a
     # suffix tree of the prompt and one of past responses shared by up to 10,000 requests
     # (suffix_decoding_max_cached_requests), speculating where a continuation's frequency
