@@ -214,8 +214,8 @@ class Scripted:
 
 @dataclass(frozen=True)
 class HeadDraft:
-    """A feature-level head (reference/heads/: EAGLE, EAGLE-3, Medusa, MTP) that drafts from
-    the target's own hidden states, so it proposes in every round. Which hidden states feed it
+    """A feature-level head (reference/heads/: EAGLE, EAGLE-3, Medusa, MTP, DFlash) that drafts
+    from the target's own hidden states, so it proposes in every round. Which hidden states feed it
     is the engine's convention (`hidden`, a reference.hidden.HiddenStates; None: the engine's
     default for the head), declared in the engine's file. Its proposals are a function of the
     target's hidden states and of where the round started (a chained head's verified features
@@ -225,7 +225,7 @@ class HeadDraft:
     engine's own counters were measured equal to that replay (its file says with what numbers);
     otherwise neither the greedy counters nor the acceptance law are replayed."""
 
-    kind: str                 # "eagle", "eagle3", "medusa", "mtp"
+    kind: str                 # "eagle", "eagle3", "medusa", "mtp", "dflash"
     head: str                 # the export name of the head (the folder an engine loads it from)
     hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
     trained_only: bool = False   # only a trained target has a trained head

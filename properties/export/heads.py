@@ -27,6 +27,8 @@ vLLM 0.32.0's formats, from its source (site-packages/vllm/):
   "medusa", num_heads, num_hidden_layers (residual layers per head), `medusa_fc_bias` (the
   layers have no bias unless it is set: the reference's have one); tensors
   blocks.{i}.layers.{j}.{weight,bias} and lm_heads.{i}.weight, the reference's names.
+- DFlash (both engines' `DFlashDraftModel`): properties/export/dflash.py, which write_vllm and
+  load_vllm hand a DFlash head to.
 """
 
 from __future__ import annotations

@@ -29,8 +29,9 @@ def randomize(head, seed: int = 0, std: float | None = None, dtype=torch.float64
 
 
 def random_head(kind: str, target, seed: int = 0, dtype=torch.float64, **options):
-    """A head of `kind` (eagle, eagle3, medusa, mtp) for `target` with seeded random weights.
-    options go to the head's constructor (hidden=..., num_heads=..., draft_vocab=...)."""
+    """A head of `kind` (eagle, eagle3, medusa, mtp, dflash) for `target` with seeded random
+    weights. options go to the head's constructor (hidden=..., num_heads=..., draft_vocab=...,
+    block_size=...)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     cls = KINDS[kind]
