@@ -159,3 +159,19 @@ def test_bad_input_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="must name its hidden states"):
         from properties.methods import HeadDraft
         served_dflash.served_dflash(HeadDraft("dflash", "head-x"), 1)
+
+
+def test_both_engines_start_the_same_head_as_dflash():
+    """llama.cpp: -md with the converted head and --spec-type draft-dflash, k proposals every
+    round (without -md the type is accepted and ignored:
+    tests/findings/llamacpp_spec_type_ignored_without_draft/); vLLM: method "dflash" on the
+    same export folder."""
+    method = llamacpp.METHODS["dflash"]
+    argv = [str(a) for a in llamacpp.spec_options(method, "/export/gguf")]
+    assert argv[:4] == ["-md", "/export/gguf/head-dflash.gguf", "--spec-type", "draft-dflash"]
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "4"
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0"
+    assert vllm.speculative_config("/export", vllm.METHODS["dflash"]) == {
+        "method": "dflash", "model": "/export/head-dflash", "num_speculative_tokens": 4}
+    assert vllm.METHODS["dflash"].drafter == method.drafter and method.drafter.replays
+    assert method.drafter.hidden.layers == (0,) and method.drafter.hidden.where == "output"
