@@ -80,3 +80,16 @@ def test_only_llama_cpps_convention_is_written(tmp_path):
     with pytest.raises(ValueError, match="is not a Glm4MoeForCausalLM"):
         (tmp_path / "config.json").write_text("{}")
         glm_mtp.load(tmp_path, DRAFTER.hidden)
+
+
+def test_the_served_layer_is_rebuilt_bit_for_bit():
+    """The replay rebuilds the layer the export wrote, in another process and after other
+    heads: its fit must have one answer (a rank-deficient least squares moved eh_proj by 0.5
+    between two builds in one process)."""
+    from dataclasses import replace
+    build = served_head.__wrapped__
+    first = build(DRAFTER)
+    build(replace(DRAFTER, options=(("recycle", "output"),)))
+    again = build(replace(DRAFTER, head="another-name"))
+    for name, t in first.state_dict().items():
+        assert torch.equal(again.state_dict()[name], t), name
