@@ -165,6 +165,8 @@ def test_heads_refuse_bad_construction(target):
         MTPLayer(target, recycle="later")
     with pytest.raises(ValueError, match="lead must be a bool, got 'yes'"):
         MTPLayer(target, lead="yes")
+    with pytest.raises(ValueError, match="mask0 must be a bool, got 1"):
+        MTPLayer(target, mask0=1)
     with pytest.raises(ValueError, match="layer 9 is past the target's 4 layers"):
         EagleHead(target, HiddenStates((9,)))
     with pytest.raises(ValueError, match="kind must be one of"):
@@ -291,3 +293,20 @@ def test_the_lead_pair_is_the_first_token_with_a_zero_state(target):
     got = round_logits(lead, features, seq, 3, 1)[0]
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
     assert not torch.allclose(round_logits(plain, features, seq, 3, 1)[0], got, atol=1e-6)
+
+
+def test_mask0_drops_the_embedding_of_the_pair_at_position_0(target):
+    """vLLM's MTP convention (mask0=True): the pair at position 0, (f_0, t_1), enters with a zero
+    embedding; every later pair as without the mask."""
+    from reference.heads.replay import round_logits
+    hidden = HiddenStates((3,), normed=True)
+    masked = random_head("mtp", target, seed=22, hidden=hidden, mask0=True)
+    seq = [5, 9, 2, 33]
+    features = by_hand.target_features(target, seq[:-1], hidden)
+    e = target.model.embed_tokens(torch.tensor([seq[1:]]))[0]                    # t_1 .. t_3
+    e = torch.cat([torch.zeros_like(e[:1]), e[1:]])
+    x = masked.eh_proj(torch.cat([masked.enorm(e), masked.hnorm(features)], -1))
+    out = by_hand._run(masked.mtp_block, x[None], masked.config, torch.float64)
+    expected = target.lm_head(target.model.norm(out))[0, -1]
+    torch.testing.assert_close(round_logits(masked, features, seq, 3, 1)[0], expected, rtol=0,
+                               atol=1e-12)

@@ -32,7 +32,7 @@ def save_head(head, path, dtype=None) -> Path:
         options = {"num_heads": head.num_heads, "num_layers": len(head.blocks[0].layers)}
     elif isinstance(head, MTPLayer):
         options = {"order": head.order, "recycle": head.recycle} | (
-            {"lead": True} if head.lead else {})
+            {"lead": True} if head.lead else {}) | ({"mask0": True} if head.mask0 else {})
     elif isinstance(head, Eagle3Head) and not head.qk_norm:
         options = {"qk_norm": False}
     elif isinstance(head, DFlashHead):

@@ -21,6 +21,10 @@ Two conventions differ between checkpoints and engines, so they are parameters:
            common_speculative_impl_draft_mtp::process) and pair j sits at position j + 1. The
            callers feed it (reference.heads.base.lead_pairs: replay.py, proposer.py). A zero
            state is exactly zero after hnorm, so the lead pair reads enorm(emb(t_0)) alone.
+  mask0    whether the pair at position 0 gets a zero embedding: vLLM's GLM-4.5 and DeepSeek
+           MTP layers zero inputs_embeds where positions == 0 ("masking inputs at position 0,
+           as not needed by MTP", model_executor/models/glm4_moe_mtp.py, forward), which there
+           is the pair (h_0, t_1); enorm of a zero embedding is exactly zero.
 """
 
 import torch
@@ -36,7 +40,7 @@ RECYCLES = ("output", "normed")
 
 class MTPLayer(nn.Module):
     def __init__(self, target, hidden: HiddenStates | None = None, order="embedding-first",
-                 recycle="output", lead=False):
+                 recycle="output", lead=False, mask0=False):
         super().__init__()
         c = target.config
         self.config = one_layer(c)
@@ -51,7 +55,9 @@ class MTPLayer(nn.Module):
             raise ValueError(f"MTPLayer: recycle must be one of {RECYCLES}, got {recycle!r}")
         if not isinstance(lead, bool):
             raise ValueError(f"MTPLayer: lead must be a bool, got {lead!r}")
-        self.order, self.recycle, self.lead = order, recycle, lead
+        if not isinstance(mask0, bool):
+            raise ValueError(f"MTPLayer: mask0 must be a bool, got {mask0!r}")
+        self.order, self.recycle, self.lead, self.mask0 = order, recycle, lead, mask0
         H = c.hidden_size
         self.enorm = RMSNorm(H, c.rms_norm_eps)
         self.hnorm = RMSNorm(H, c.rms_norm_eps)
@@ -75,7 +81,10 @@ class MTPLayer(nn.Module):
         [B, T, V] for t_{j+2}, the h of the next pair [B, T, H])."""
         positions, mask = check_pairs(tokens, h, self.config.hidden_size, cache,
                                       self.config.vocab_size, "MTPLayer")
-        e = self.enorm(self.target.model.embed_tokens(tokens))
+        e = self.target.model.embed_tokens(tokens)
+        if self.mask0:      # vLLM: the pair at position 0 without its embedding
+            e = torch.where((positions == 0)[..., None], torch.zeros_like(e), e)
+        e = self.enorm(e)
         n = self.hnorm(h)
         x = self.eh_proj(torch.cat([e, n] if self.order == "embedding-first" else [n, e], -1))
         out = self.mtp_block(x, cache, positions, mask)   # [B, T, H]
