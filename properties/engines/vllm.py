@@ -112,8 +112,9 @@ METHODS = {m.name: m for m in (
     # DFlash: one non-causal forward over [newest, 4 masks] proposes the round's 4 tokens (the
     # masks' argmaxes); the CPU attention backend declares non-causal support
     # (v1/attention/backends/cpu_attn.py supports_non_causal). replays: measured 2026-12-07
-    # 17:05 (runs/vllm-dflash-20261207-170524), the launcher's 4 greedy requests: 296 drafted /
-    # 52 accepted by /metrics, equal to the float64 head's exact replay; greedy == target
+    # 17:05 and 17:25 (runs/vllm-dflash-20261207-170524, -172510), the launcher's 4 greedy
+    # requests: 296 drafted / 52 accepted by /metrics, equal to the float64 head's exact replay;
+    # greedy == target
     Method("dflash", "DFlash block drafter (seeded random init, its own fitted lm_head, a block "
                      "of the newest token and 4 masks) reading the output of target layer 0",
            HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K,
