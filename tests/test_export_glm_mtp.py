@@ -61,7 +61,7 @@ def test_the_folder_reads_back_into_the_served_target_and_layer(exported):
     assert (config["n_routed_experts"], config["num_experts_per_tok"],
             config["num_nextn_predict_layers"]) == (2, 1, 1)
     assert config["rope_parameters"]["partial_rotary_factor"] == 1.0
-    target, layer = glm_mtp.load(glm_dir, DRAFTER.hidden)
+    target, layer = glm_mtp.load(glm_dir)
     for name, t in served.build("target").state_dict().items():
         assert torch.equal(target.state_dict()[name], t), name
     for name, t in served_head(DRAFTER).state_dict().items():
@@ -73,13 +73,13 @@ def test_only_llama_cpps_convention_is_written(tmp_path):
     target = served.build("target")
     mimo = random_head("mtp", target, hidden=last_layer(2, normed=True), order="hidden-first",
                        recycle="normed")
-    with pytest.raises(ValueError, match="order='embedding-first', recycle='normed'"):
+    with pytest.raises(ValueError, match="order='embedding-first', got order='hidden-first'"):
         glm_mtp.tensors(mimo)
     with pytest.raises(TypeError, match="takes an MTPLayer, got Qwen3"):
         glm_mtp.tensors(target)
     with pytest.raises(ValueError, match="is not a Glm4MoeForCausalLM"):
         (tmp_path / "config.json").write_text("{}")
-        glm_mtp.load(tmp_path, DRAFTER.hidden)
+        glm_mtp.load(tmp_path)
 
 
 def test_the_served_layer_is_rebuilt_bit_for_bit():
@@ -93,3 +93,29 @@ def test_the_served_layer_is_rebuilt_bit_for_bit():
     again = build(replace(DRAFTER, head="another-name"))
     for name, t in first.state_dict().items():
         assert torch.equal(again.state_dict()[name], t), name
+
+
+def test_vllms_layout_is_the_same_target_and_layer(tmp_path):
+    """vLLM's layout (glm_mtp.LAYOUTS): the last trunk layer a mixture of two experts equal to
+    its MLP with a zero shared expert (vLLM refuses an all-dense trunk), shared_head.norm
+    written; it reads back into the same target, and the layer with vLLM's convention."""
+    transformers = pytest.importorskip("transformers")
+    drafter = HeadDraft("mtp", "target-glm4moe-mtp-vllm", last_layer(2, normed=True),
+                        options=(("recycle", "output"), ("mask0", True)))
+    path = head_export.export(tmp_path, drafter)
+    config = json.loads((path / "config.json").read_text())
+    assert config["first_k_dense_replace"] == 1
+    target, layer = glm_mtp.load(path)
+    for name, t in served.build("target").state_dict().items():
+        assert torch.equal(target.state_dict()[name], t), name
+    assert (layer.recycle, layer.lead, layer.mask0) == ("output", False, True)
+    # float32: transformers' grouped expert kernel takes no float64
+    glm = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    assert type(glm.model.layers[1].mlp).__name__ == "Glm4MoeMoE"
+    ids = torch.tensor(IDS)
+    c = target.config
+    cache = KVCache(c.num_hidden_layers, 1, c.num_key_value_heads, c.head_dim, ids.shape[1],
+                    torch.float64, "cpu")
+    with torch.no_grad():
+        torch.testing.assert_close(glm(ids).logits.double(), target(ids, cache), rtol=0,
+                                   atol=1e-4)

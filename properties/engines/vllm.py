@@ -42,6 +42,20 @@ MEDUSA_HIDDEN = last_layer(2, normed=True)
 # (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:108-111); reference/heads/dflash.py has the
 # whole convention. Layer 0, as llama.cpp's dflash method reads: one export for both engines.
 DFLASH_HIDDEN = HiddenStates((0,), "output")
+# MTP (method "mtp"): the served target with one MTP layer, as GLM-4.5 in vLLM's layout
+# (properties/export/glm_mtp.py LAYOUTS: vLLM's Glm4MoeForCausalLM refuses an all-dense trunk,
+# "RuntimeError: No Glm4MoE layer found in model.layers.", so the last trunk layer's MLP is two
+# equal experts, weight 1), served as the model itself (--model; the MTP layer is model.layers.N,
+# vllm/config/speculative.py: Glm4MoeForCausalLM -> Glm4MoeMTPModel). vLLM's convention: the
+# target's normed last state (models/glm4_moe.py:490 returns self.norm's output), the pair
+# (h_j, t_{j+1}) at position j (input ids shifted: no lead pair), the block's output chained
+# before the head norm (v1/spec_decode/llm_base_proposer.py last_hidden_states), and the pair at
+# position 0 with its embedding zeroed (models/glm4_moe_mtp.py forward, "masking inputs at
+# position 0, as not needed by MTP"): mask0. Measured 2026-12-07 17:37 by hand on this export
+# (the launcher's 4 greedy prompts, /metrics around each): 64/15, 48/22, 28/27, 80/11, the
+# replay with mask0 exactly; without it 2 of 4 differ.
+MTP_HIDDEN = last_layer(2, normed=True)
+MTP_CONVENTION = (("recycle", "output"), ("mask0", True))
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
 # acceptance rates, non-increasing, one per draft position
 SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
@@ -119,6 +133,11 @@ METHODS = {m.name: m for m in (
                      "of the newest token and 4 masks) reading the output of target layer 0",
            HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K,
            proposals="greedy"),
+    Method("mtp", "MTP: the served target with one MTP layer (seeded random init, eh_proj "
+                  "fitted), exported as GLM-4.5 (Glm4MoeForCausalLM) in vLLM's layout; reads "
+                  "the normed last hidden state",
+           HeadDraft("mtp", "target-glm4moe-mtp-vllm", MTP_HIDDEN, replays=True,
+                     options=MTP_CONVENTION), K, proposals="greedy"),
     # suffix decoding (vllm/config/speculative.py _validate_suffix_decoding): proposals from a
     # suffix tree of the prompt and one of past responses shared by up to 10,000 requests
     # (suffix_decoding_max_cached_requests), speculating where a continuation's frequency
@@ -289,8 +308,11 @@ def speculative_config(export_dir, method: Method) -> dict:
 
 
 def command(env: Environment | None, export_dir, method: Method | None, port: int) -> Command:
+    # an MTP method serves the target with its layer (the export of its head) as the model
+    model = (method.drafter.head if method is not None
+             and getattr(method.drafter, "kind", None) == "mtp" else "target")
     argv = [(env or RECIPE).python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(Path(export_dir) / "target"), "--served-model-name", "kit-target",
+            "--model", str(Path(export_dir) / model), "--served-model-name", "kit-target",
             "--dtype", "float32", "--max-model-len", "2048", "--seed", "0",
             "--host", "127.0.0.1", "--port", str(port)]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false",

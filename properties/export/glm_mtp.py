@@ -30,6 +30,14 @@ transformers 5.25 (models/glm4_moe/modeling_glm4_moe.py):
   the reference's "the target's final norm and lm_head". The recycled state is that normed
   output (res->t_h_nextn is set after the head norm): recycle="normed".
 
+Two layouts of the same numbers (LAYOUTS, by the head's export name): llama.cpp's, as above;
+vLLM's, whose Glm4MoeForCausalLM refuses an all-dense trunk ("RuntimeError: No Glm4MoE layer
+found in model.layers.", model_executor/models/glm4_moe.py:509) and whose MTP loader asks for
+shared_head.norm: the last trunk layer's MLP as two equal routed experts (top-1, weight 1) and a
+zero shared expert, the same function, and shared_head.norm = the target's final norm. The
+engine's convention for the layer (hidden state, recycle, lead pair, mask0) is written into
+config.json as "kit_mtp" (engines ignore it) so that `load` rebuilds the head the kit replays.
+
 transformers cannot run the MTP layer (a router with one expert fails its group top-2, and
 Glm4MoeForCausalLM builds num_hidden_layers layers only, ignoring model.layers.N), so the
 trunk is checked against it (tests/test_export_glm_mtp.py) and the MTP layer by reading the
@@ -55,10 +63,15 @@ ARCHITECTURE = "Glm4MoeForCausalLM"
 # failed" with one expert, 2026-12-07); with two equal experts, top-1, whichever the router
 # picks computes the same numbers, weighted 1
 EXPERTS = 2
+# export name -> layout: which trunk layers are a mixture of experts, and whether the MTP
+# layer's shared_head.norm is written
+LAYOUTS = {"target-glm4moe-mtp": {"moe_trunk": False, "shared_head_norm": False},
+           "target-glm4moe-mtp-vllm": {"moe_trunk": True, "shared_head_norm": True}}
 
 
-def config(target_config, mtp_layers: int = 1) -> dict:
-    """config.json of the served target as Glm4MoeForCausalLM, with `mtp_layers` MTP layers."""
+def config(target_config, mtp_layers: int = 1, moe_trunk: bool = False) -> dict:
+    """config.json of the served target as Glm4MoeForCausalLM, with `mtp_layers` MTP layers
+    (`moe_trunk`: the last trunk layer a mixture of experts, vLLM's layout)."""
     c = target_config
     if c.tie_word_embeddings:
         raise ValueError("glm_mtp.config: the target ties its embedding and lm_head; the export "
@@ -76,7 +89,7 @@ def config(target_config, mtp_layers: int = 1) -> dict:
         "partial_rotary_factor": 1.0, "rope_theta": c.rope_theta,
         "attention_bias": False, "use_qk_norm": True,
         # every trunk layer dense; the MTP layer's FFN is one routed expert and a zero shared one
-        "first_k_dense_replace": c.num_hidden_layers,
+        "first_k_dense_replace": c.num_hidden_layers - (1 if moe_trunk else 0),
         "n_routed_experts": EXPERTS, "num_experts_per_tok": 1, "n_shared_experts": 1,
         "moe_intermediate_size": c.intermediate_size, "norm_topk_prob": True,
         "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
@@ -86,15 +99,14 @@ def config(target_config, mtp_layers: int = 1) -> dict:
     }
 
 
-def tensors(head: MTPLayer) -> dict:
+def tensors(head: MTPLayer, moe_trunk: bool = False, shared_head_norm: bool = False) -> dict:
     """The checkpoint's tensors (float32): the target's under their own (Qwen3 = GLM dense)
-    names, the MTP layer as model.layers.N."""
+    names, the MTP layer as model.layers.N (LAYOUTS for the two flags)."""
     if not isinstance(head, MTPLayer):
         raise TypeError(f"glm_mtp.tensors takes an MTPLayer, got {type(head).__name__}")
-    if head.order != "embedding-first" or head.recycle != "normed":
-        raise ValueError(f"llama.cpp's GLM-4.5 MTP layer reads [enorm(e), hnorm(h)] and recycles "
-                         f"its normed output: order='embedding-first', recycle='normed', got "
-                         f"order={head.order!r}, recycle={head.recycle!r}")
+    if head.order != "embedding-first":
+        raise ValueError(f"GLM-4.5's MTP layer reads [enorm(e), hnorm(h)]: "
+                         f"order='embedding-first', got order={head.order!r}")
     c = head.target.config
     state = {name: t for name, t in head.target.state_dict().items()}
     n = c.num_hidden_layers
@@ -112,20 +124,38 @@ def tensors(head: MTPLayer) -> dict:
             state[mtp + name] = t
     H, I = c.hidden_size, c.intermediate_size
     like = head.eh_proj.weight
-    state[mtp + "mlp.gate.weight"] = torch.zeros(EXPERTS, H, dtype=like.dtype)
-    state[mtp + "mlp.gate.e_score_correction_bias"] = torch.zeros(EXPERTS, dtype=like.dtype)
-    for name, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
-        state[mtp + f"mlp.shared_experts.{name}.weight"] = torch.zeros(shape, dtype=like.dtype)
+    moe = [mtp] + ([f"model.layers.{n - 1}."] if moe_trunk else [])
+    for layer in moe[1:]:   # the dense MLP as every routed expert
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            w = state.pop(layer + f"mlp.{name}.weight")
+            for e in range(EXPERTS):
+                state[layer + f"mlp.experts.{e}.{name}.weight"] = w
+    for layer in moe:
+        state[layer + "mlp.gate.weight"] = torch.zeros(EXPERTS, H, dtype=like.dtype)
+        state[layer + "mlp.gate.e_score_correction_bias"] = torch.zeros(EXPERTS, dtype=like.dtype)
+        for name, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            state[layer + f"mlp.shared_experts.{name}.weight"] = torch.zeros(shape, dtype=like.dtype)
+    if shared_head_norm:
+        state[mtp + "shared_head.norm.weight"] = head.target.model.norm.weight
     return {name: t.detach().to(DTYPE).cpu().clone() for name, t in state.items()}
 
 
 def write(head: MTPLayer, path) -> Path:
-    """Write the target of `head` with `head` as its MTP layer to the folder `path`."""
+    """Write the target of `head` with `head` as its MTP layer to the folder `path`, in the
+    layout its name declares (LAYOUTS; the folder's name is the head's export name)."""
     from properties.export.kit import generation_config
     path = Path(path)
+    if path.name not in LAYOUTS:
+        raise ValueError(f"glm_mtp.write: no layout for the export name {path.name!r}; choose "
+                         f"from {sorted(LAYOUTS)}")
+    layout = LAYOUTS[path.name]
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config(head.target.config), indent=2) + "\n")
-    _safetensors().save_file(tensors(head), str(path / "model.safetensors"),
+    cfg = config(head.target.config, moe_trunk=layout["moe_trunk"]) | {"kit_mtp": {
+        "hidden": {"layers": list(head.hidden.layers), "where": head.hidden.where,
+                   "normed": head.hidden.normed},
+        "recycle": head.recycle, "lead": head.lead, "mask0": head.mask0}}
+    (path / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    _safetensors().save_file(tensors(head, **layout), str(path / "model.safetensors"),
                              metadata={"format": "pt"})
     (path / "generation_config.json").write_text(json.dumps(generation_config(), indent=2))
     for file, text in tokenizer.tokenizer_files().items():
@@ -133,12 +163,12 @@ def write(head: MTPLayer, path) -> Path:
     return path
 
 
-def load(path, hidden, lead: bool = True):
+def load(path):
     """The folder `write` wrote, read back into the reference: (target Qwen3, MTPLayer) in
-    float64, the layer with `hidden` and llama.cpp's conventions (embedding first, the normed
-    output recycled, `lead`)."""
+    float64, the layer with the engine's convention the folder records ("kit_mtp")."""
     from dataclasses import replace
 
+    from reference.hidden import HiddenStates
     from reference.model import Config, Qwen3
     path = Path(path)
     cfg = json.loads((path / "config.json").read_text())
@@ -154,11 +184,31 @@ def load(path, hidden, lead: bool = True):
                     rms_norm_eps=cfg["rms_norm_eps"],
                     max_position_embeddings=cfg["max_position_embeddings"])
     mtp = f"model.layers.{n}."
+    trunk = {}
+    for name, t in state.items():
+        if name.startswith(mtp):
+            continue
+        if ".mlp.experts." in name:    # a mixture-of-experts trunk layer: its MLP is every expert
+            key = name.split(".mlp.experts.")[0] + ".mlp." + name.split(".", 6)[6]
+            if key in trunk and not torch.equal(trunk[key], t):
+                raise ValueError(f"{path}: {name} differs from another expert's")
+            trunk[key] = t
+        elif ".mlp.gate." in name or ".mlp.shared_experts." in name:
+            if torch.count_nonzero(t):
+                raise ValueError(f"{path}: {name} is not zero: the export's routers and shared "
+                                 f"experts must be")
+        else:
+            trunk[name] = t
     target = Qwen3(replace(shapes))
-    target.load_state_dict({k: v for k, v in state.items() if not k.startswith(mtp)},
-                           strict=True)
+    target.load_state_dict(trunk, strict=True)
     target = target.to(torch.float64).eval().requires_grad_(False)
-    head = MTPLayer(target, hidden, order="embedding-first", recycle="normed", lead=lead)
+    kit = cfg.get("kit_mtp")
+    if not isinstance(kit, dict):
+        raise ValueError(f"{path}/config.json records no kit_mtp convention")
+    h = kit["hidden"]
+    head = MTPLayer(target, HiddenStates(tuple(h["layers"]), h["where"], h["normed"]),
+                    order="embedding-first", recycle=kit["recycle"], lead=kit["lead"],
+                    mask0=kit["mask0"])
     own = {}
     for name, t in state.items():
         if not name.startswith(mtp):
@@ -176,6 +226,9 @@ def load(path, hidden, lead: bool = True):
                                  f"shared expert must be")
         elif name in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
             own[name] = t
+        elif name == "shared_head.norm.weight":
+            if not torch.equal(t.to(torch.float64), target.model.norm.weight):
+                raise ValueError(f"{path}: {mtp}{name} is not the target's final norm")
         else:
             own["mtp_block." + name] = t
     head.load_state_dict(own, strict=True)

@@ -151,11 +151,9 @@ def load_vllm(path, target):
                           None if d2t is None else (d2t + torch.arange(len(d2t))).tolist(),
                           qk_norm=config["architectures"] == ["Eagle3Qwen3ForCausalLM"])
     elif config.get("architectures") == ["Glm4MoeForCausalLM"]:
-        # a target with its MTP layer (glm_mtp.py), in llama.cpp's convention: the normed last
-        # hidden state, the lead pair
+        # a target with its MTP layer (glm_mtp.py), in the engine's convention it records
         from properties.export import glm_mtp
-        from reference.hidden import last_layer
-        own, layer = glm_mtp.load(path, last_layer(config["num_hidden_layers"], normed=True))
+        own, layer = glm_mtp.load(path)
         theirs = target.state_dict()
         if any(not torch.equal(t, theirs[name].to(t.dtype)) for name, t in own.state_dict().items()):
             raise ValueError(f"{path} holds another target than the one given")
