@@ -74,7 +74,8 @@ def _split(v, count, d):
 
 
 def block_by_hand(head, target, features, newest):
-    """The head's logits at the block's mask positions, [B - 1][V] nested lists."""
+    """The head's logits at the block rows it reads (DFlash: the masks), [B - 1][V] nested
+    lists (DSpark: [B][V], before its Markov bias)."""
     c = head.config
     eps, theta, d = c.rms_norm_eps, c.rope_theta, c.head_dim
     nh, nkv = c.num_attention_heads, c.num_key_value_heads
@@ -118,7 +119,8 @@ def block_by_hand(head, target, features, newest):
             new_x.append([u + v for u, v in zip(r, _matvec(L(layer.mlp.down_proj.weight), act))])
         x = new_x
     readout = L(head.readout().weight)
-    return [_matvec(readout, _rms(xi, L(head.norm.weight), eps)) for xi in x[1:]]
+    return [_matvec(readout, _rms(xi, L(head.norm.weight), eps))
+            for xi in x[head.first_row:]]     # DFlash the masks; DSpark every row
 
 
 @pytest.mark.parametrize("own_lm_head,num_layers", [(False, 1), (True, 2)])

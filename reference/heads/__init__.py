@@ -10,6 +10,8 @@
                  norm(feature)]) -> one block -> the target's final norm and lm_head; chained
     DFlashHead   DFlash (block diffusion): norm(fc(features)) as keys and values of context,
                  one non-causal pass over [newest token, masks] gives all k proposals at once
+    DSparkHead   DSpark: DFlash over an anchor-first block (every row read) plus a Markov bias
+                 of the token before each row, chained by argmax
 
 Each head says which hidden states it reads (`head.hidden`, a reference.hidden.HiddenStates);
 reference.heads.proposer turns a head into a proposer for speculative_generate, fed with the
@@ -23,14 +25,16 @@ pairs built from features the target verified.
 """
 
 from reference.heads.dflash import DFlashHead
+from reference.heads.dspark import DSparkHead
 from reference.heads.eagle import EagleHead
 from reference.heads.eagle3 import Eagle3Head
 from reference.heads.medusa import MedusaHeads
 from reference.heads.mtp import MTPLayer
 
 HEADS = (EagleHead, Eagle3Head, MedusaHeads, MTPLayer, DFlashHead)
+# a subclass before its base: save_head names a head by the first kind it is an instance of
 KINDS = {"eagle": EagleHead, "eagle3": Eagle3Head, "medusa": MedusaHeads, "mtp": MTPLayer,
-         "dflash": DFlashHead}
+         "dspark": DSparkHead, "dflash": DFlashHead}
 
 
 def is_head(draft) -> bool:

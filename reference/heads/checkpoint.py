@@ -38,6 +38,8 @@ def save_head(head, path, dtype=None) -> Path:
     elif isinstance(head, DFlashHead):
         options = {"block_size": head.block_size, "mask_token_id": head.mask_token_id,
                    "num_layers": len(head.layers), "own_lm_head": head.own_lm_head}
+        if hasattr(head, "markov_rank"):        # DSpark
+            options["markov_rank"] = head.markov_rank
     config = {"kind": kind, "target": asdict(_target_config(head)),
               "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
               "options": options, "torch_dtype": _DTYPE_NAMES[dtype]}

@@ -132,6 +132,10 @@ class DFlashLayer(nn.Module):
 
 
 class DFlashHead(nn.Module):
+    # the block row whose output is the first proposal's law: DFlash reads the masks (rows 1 ..),
+    # DSpark (reference/heads/dspark.py) every row from the newest token's own (row 0)
+    first_row = 1
+
     def __init__(self, target, hidden: HiddenStates | None = None, block_size: int = 5,
                  mask_token_id: int | None = None, num_layers: int = 1,
                  own_lm_head: bool = False):
@@ -180,7 +184,7 @@ class DFlashHead(nn.Module):
 
     @property
     def max_proposals(self) -> int:
-        return self.block_size - 1
+        return self.block_size - self.first_row
 
     def readout(self):
         """The linear map from the final norm's output to the logits: the head's own lm_head,
@@ -194,8 +198,8 @@ class DFlashHead(nn.Module):
         return self.readout()(self.states(features, newest))
 
     def states(self, features, newest):
-        """The final norm's output at the masks, [B, block_size - 1, H]: what the readout
-        (lm_head) turns into the logits of forward."""
+        """The final norm's output at the rows read (the masks), [B, max_proposals, H]: what
+        the readout (lm_head) turns into the logits of forward."""
         width = self.hidden.width(self.config.hidden_size)
         if not torch.is_tensor(features) or features.dim() != 3 or features.shape[-1] != width:
             raise ValueError(f"DFlashHead: features must be [batch, tokens, {width}] "
@@ -222,7 +226,7 @@ class DFlashHead(nn.Module):
         context_positions = torch.arange(n, device=device).expand(B, n)
         for layer in self.layers:
             x = layer(x, context, block_positions, context_positions)
-        return self.norm(x)[:, 1:]                                               # [B, T - 1, H]
+        return self.norm(x)[:, self.first_row:]                         # [B, max_proposals, H]
 
 
 class DFlashProposer:
