@@ -225,7 +225,7 @@ class HeadDraft:
     engine's own counters were measured equal to that replay (its file says with what numbers);
     otherwise neither the greedy counters nor the acceptance law are replayed."""
 
-    kind: str                 # "eagle", "eagle3", "medusa", "mtp", "dflash"
+    kind: str                 # "eagle", "eagle3", "medusa", "mtp", "dflash", "dspark"
     head: str                 # the export name of the head (the folder an engine loads it from)
     hidden: object = None     # reference.hidden.HiddenStates, or None: the engine's default
     trained_only: bool = False   # only a trained target has a trained head
@@ -310,7 +310,7 @@ def exact_draft(drafter):
 
 # the heads' kinds, and their names in the papers
 HEAD_KINDS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP",
-              "dflash": "DFlash"}
+              "dflash": "DFlash", "dspark": "DSpark"}
 
 Drafter = ModelDraft | Lookup | StatefulLookup | Unknown | Scripted | HeadDraft
 

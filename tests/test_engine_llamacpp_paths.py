@@ -85,7 +85,7 @@ def test_the_eagle3_head_is_converted_beside_its_target_and_drafted_from():
              if "head" in what and argv[3] not in [f"/export/{m}" for m in engine.WHOLE_MODELS]]
     assert sorted(argv[3:] for argv in heads) == [
         [f"/export/{h}", f"/export/gguf/{h}.gguf", "/export/target"]
-        for h in ("head-dflash", "head-eagle3-llama", "head-eagle3-llama-last")]
+        for h in ("head-dflash", "head-dspark", "head-eagle3-llama", "head-eagle3-llama-last")]
     # the models' conversions take no target
     assert all(len(argv) == 5 for what, argv in steps.items() if "head" not in what)
     # the engine's workaround for the abort of tests/findings/llamacpp_eagle3_sampled_abort/:

@@ -37,8 +37,13 @@ def dflash_methods():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dflash")
-    drafter = llamacpp.METHODS["dflash"].drafter
+    return export_method(tmp_path_factory, "dflash")
+
+
+def export_method(tmp_path_factory, name):
+    """(the export root, llama.cpp's method `name`'s drafter, the head's folder)."""
+    root = tmp_path_factory.mktemp(name)
+    drafter = llamacpp.METHODS[name].drafter
     return root, drafter, heads.export(root, drafter)
 
 
@@ -65,25 +70,39 @@ def test_the_config_holds_what_both_engines_read(exported):
 
 
 def test_the_folder_read_back_is_the_served_head(exported):
+    head, back = read_back(exported)
+    assert (back.hidden, back.block_size, back.mask_token_id, back.own_lm_head) == (
+        head.hidden, head.block_size, head.mask_token_id, True)
+
+
+def read_back(exported):
+    """(the served head, the folder read back): checked to give the same logits and greedy
+    proposals on CONTEXTS."""
     _, drafter, path = exported
     target = served.build("target")
     head = served_heads.served_head(drafter)
     back = heads.load_vllm(path, target)
-    assert (back.hidden, back.block_size, back.mask_token_id, back.own_lm_head) == (
-        head.hidden, head.block_size, head.mask_token_id, True)
     for context in CONTEXTS:
         features = served_heads._features(head, target, context[:-1])[None]
         newest = torch.tensor([context[-1]])
         assert torch.equal(back(features, newest), head(features, newest))
         assert served_heads.greedy_proposals(back, target, context, 4) == \
             served_heads.greedy_proposals(head, target, context, 4)
+    return head, back
 
 
 def test_the_served_head_is_accepted_at_times():
     """A fully random head is accepted too rarely to show anything; the fitted lm_head is
     accepted in a fair share of greedy rounds of seeded random prompts."""
+    accepted, drafted = greedy_acceptance(llamacpp.METHODS["dflash"].drafter)
+    assert drafted == 20 * 7 * 4
+    assert accepted / drafted > 0.05, (accepted, drafted)
+
+
+def greedy_acceptance(drafter):
+    """(accepted, drafted) of `drafter`'s greedy rounds of k = 4 over 20 seeded random prompts,
+    7 rounds each, against the served target's greedy continuation."""
     from properties import oracle
-    drafter = llamacpp.METHODS["dflash"].drafter
     generator = torch.Generator().manual_seed(1)
     drafted = accepted = 0
     for _ in range(20):
@@ -94,8 +113,7 @@ def test_the_served_head_is_accepted_at_times():
             drafted += len(proposals)
             accepted += next((i for i, t in enumerate(proposals) if t != greedy[n + i]),
                              len(proposals))
-    assert drafted == 20 * 7 * 4
-    assert accepted / drafted > 0.05, (accepted, drafted)
+    return accepted, drafted
 
 
 def _llamacpp_source():
@@ -109,10 +127,27 @@ def test_llamacpps_converter_reads_it(exported, tmp_path):
     """The vendored converter (conversion/qwen.py DFlashModel) converts the folder with the
     target beside it; the GGUF holds the dflash architecture, target_layers = id + 1, the
     block size, the mask token and the head's own tensors (lm_head as `output`)."""
+    fields, tensors, state = convert(exported, tmp_path / "head-dflash.gguf")
+    assert fields["general.architecture"] == "dflash"
+    assert fields["dflash.target_layers"] == [1]          # output of 0 = input of 1
+    assert fields["dflash.block_size"] == 5
+    assert fields["tokenizer.ggml.mask_token_id"] == 31
+    assert "dflash.attention.causal" not in fields         # non-causal, the driver's default
+    assert {"fc.weight", "enc.output_norm.weight", "output.weight",
+            "output_norm.weight"} <= set(tensors)
+    assert "token_embd.weight" not in tensors
+    for gguf_name, name in (("fc.weight", "fc.weight"), ("output.weight", "lm_head.weight"),
+                            ("blk.0.attn_k.weight", "layers.0.self_attn.k_proj.weight")):
+        stored = torch.from_numpy(tensors[gguf_name].data.copy()).reshape(state[name].shape)
+        assert torch.equal(stored, state[name]), gguf_name
+
+
+def convert(exported, out):
+    """Convert the exported head with the vendored converter, the target beside it; -> (the
+    GGUF's fields, its tensors by name, the folder's tensors)."""
     source = _llamacpp_source()
     root, _, path = exported
     kit.export_model("target", root / "target")
-    out = tmp_path / "head-dflash.gguf"
     driver = Path(llamacpp.__file__).with_name("gguf_convert.py")
     done = subprocess.run([sys.executable, str(driver), str(source), str(path), str(out),
                            str(root / "target")], capture_output=True, text=True)
@@ -124,20 +159,8 @@ def test_llamacpps_converter_reads_it(exported, tmp_path):
     finally:
         sys.path.remove(str(Path(source) / "gguf-py"))
     fields = {name: field.contents() for name, field in reader.fields.items()}
-    assert fields["general.architecture"] == "dflash"
-    assert fields["dflash.target_layers"] == [1]          # output of 0 = input of 1
-    assert fields["dflash.block_size"] == 5
-    assert fields["tokenizer.ggml.mask_token_id"] == 31
-    assert "dflash.attention.causal" not in fields         # non-causal, the driver's default
-    tensors = {t.name: t for t in reader.tensors}
-    assert {"fc.weight", "enc.output_norm.weight", "output.weight",
-            "output_norm.weight"} <= set(tensors)
-    assert "token_embd.weight" not in tensors
-    state = _safetensors().load_file(str(path / "model.safetensors"))
-    for gguf_name, name in (("fc.weight", "fc.weight"), ("output.weight", "lm_head.weight"),
-                            ("blk.0.attn_k.weight", "layers.0.self_attn.k_proj.weight")):
-        stored = torch.from_numpy(tensors[gguf_name].data.copy()).reshape(state[name].shape)
-        assert torch.equal(stored, state[name]), gguf_name
+    return (fields, {t.name: t for t in reader.tensors},
+            _safetensors().load_file(str(path / "model.safetensors")))
 
 
 def test_bad_input_is_refused_by_name(tmp_path):

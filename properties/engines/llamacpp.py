@@ -222,6 +222,12 @@ METHODS = {m.name: m for m in (
                      "lm_head, a block of the newest token and 4 masks) reading the output of "
                      "target layer 0",
            HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K),
+    # DSpark (draft-dspark): the DFlash drafter's layers plus a Markov head, over an
+    # anchor-first block of k tokens whose every row is read (reference/heads/dspark.py)
+    Method("dspark", "DSpark block drafter (draft-dspark; seeded random init, the target's "
+                     "lm_head, its Markov head fitted, an anchor-first block of the newest "
+                     "token and 3 masks) reading the output of target layer 0",
+           HeadDraft("dspark", "head-dspark", DFLASH_HIDDEN, replays=True), K),
 )}
 # the --spec-* options of each method that drafts from the context (a draft model's are built
 # in spec_options)
@@ -561,7 +567,8 @@ def spec_options(method: Method | None, gguf) -> list:
     if method.drafter.lookup:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
-    kind = ("draft-dflash" if getattr(method.drafter, "kind", None) == "dflash"
+    head_kind = getattr(method.drafter, "kind", None)
+    kind = (f"draft-{head_kind}" if head_kind in ("dflash", "dspark")
             else "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple")
     # the draft's KV cache in float32 as the target's (command): its default is float16 apart
     # from the target's, and with it the target drafting for itself rejected a proposal whose

@@ -21,6 +21,17 @@ What each engine reads (vendored llama.cpp source, vLLM 0.32.0's package):
   than lm_head are loaded under "model." (qwen3_dflash.py load_weights), q/k/v stacked into
   qkv_proj; a checkpoint lm_head different from the target's is kept as the draft's own
   (v1/spec_decode/llm_base_proposer.py _maybe_share_lm_head).
+
+A DSpark head (reference/heads/dspark.py) is the same folder with `architectures:
+["DSparkDraftModel"]`, `markov_rank`, `markov_head_type: "vanilla"` and `sample_from_anchor:
+true` beside it and its Markov head's tensors (markov_head.markov_w1, markov_head.markov_w2).
+llama.cpp's converter (conversion/qwen.py:861-913, `DSparkModel(DFlashModel)`) keeps the
+nested dflash_config, writes `dflash.sample_from_anchor` and `dflash.has_confidence_head`
+(false: no confidence_head here), maps the Markov tensors to markov_w1 / markov_w2
+(gguf-py/gguf/tensor_mapping.py) and drops an lm_head of the full vocabulary, so the head
+borrows the target's (own_lm_head False). vLLM rewrites a "DSparkDraftModel" of model_type
+qwen3 to Qwen3DSparkModel (config/speculative.py:1423-1430) and reads target_layer_ids as
+DFlash does (dflash_config first, v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:108-127).
 """
 
 from __future__ import annotations
@@ -33,9 +44,11 @@ import torch
 
 from reference.checkpoint import _safetensors
 from reference.heads.dflash import DFlashHead
+from reference.heads.dspark import DSparkHead
 from reference.hidden import HiddenStates
 
 ARCHITECTURE = "DFlashDraftModel"
+DSPARK_ARCHITECTURE = "DSparkDraftModel"
 
 
 def config_of(head: DFlashHead) -> dict:
@@ -48,8 +61,13 @@ def config_of(head: DFlashHead) -> dict:
                          f"reads the {hidden.describe()}")
     dflash = {"target_layer_ids": list(hidden.layers), "mask_token_id": head.mask_token_id,
               "block_size": head.block_size}
-    return asdict(c) | {
-        "model_type": "qwen3", "architectures": [ARCHITECTURE],
+    dspark = {} if not isinstance(head, DSparkHead) else {
+        "markov_rank": head.markov_rank, "markov_head_type": "vanilla",
+        "sample_from_anchor": True, "target_layer_ids": list(hidden.layers),
+        "mask_token_id": head.mask_token_id}
+    return asdict(c) | dspark | {
+        "model_type": "qwen3",
+        "architectures": [DSPARK_ARCHITECTURE if dspark else ARCHITECTURE],
         "num_hidden_layers": len(head.layers), "tie_word_embeddings": False,
         "hidden_act": "silu", "attention_bias": False, "torch_dtype": "float32",
         "target_hidden_size": c.hidden_size,
@@ -75,9 +93,10 @@ def load_dflash(path, target) -> DFlashHead:
     load, as the reference computes it."""
     path = Path(path)
     config = json.loads((path / "config.json").read_text())
-    if config.get("architectures") != [ARCHITECTURE]:
+    if config.get("architectures") not in ([ARCHITECTURE], [DSPARK_ARCHITECTURE]):
         raise ValueError(f"{path}/config.json has architectures="
-                         f"{config.get('architectures')!r}, not [{ARCHITECTURE!r}]")
+                         f"{config.get('architectures')!r}, not [{ARCHITECTURE!r}] or "
+                         f"[{DSPARK_ARCHITECTURE!r}]")
     dflash = config.get("dflash_config") or {}
     missing = [k for k in ("target_layer_ids", "mask_token_id", "block_size") if k not in dflash]
     if missing:
@@ -87,9 +106,11 @@ def load_dflash(path, target) -> DFlashHead:
         raise ValueError(f"{path}: made for a target of {config['num_target_layers']} layers, "
                          f"not this one's {target.config.num_hidden_layers}")
     state = _safetensors().load_file(str(path / "model.safetensors"))
-    head = DFlashHead(target, HiddenStates(tuple(dflash["target_layer_ids"]), "output"),
-                      block_size=dflash["block_size"], mask_token_id=dflash["mask_token_id"],
-                      num_layers=config["num_hidden_layers"],
-                      own_lm_head="lm_head.weight" in state)
+    dspark = config["architectures"] == [DSPARK_ARCHITECTURE]
+    head = (DSparkHead if dspark else DFlashHead)(
+        target, HiddenStates(tuple(dflash["target_layer_ids"]), "output"),
+        block_size=dflash["block_size"], mask_token_id=dflash["mask_token_id"],
+        num_layers=config["num_hidden_layers"], own_lm_head="lm_head.weight" in state,
+        **({"markov_rank": config["markov_rank"]} if dspark else {}))
     head.load_state_dict(state, strict=True)
     return head.to(torch.float64).eval().requires_grad_(False)

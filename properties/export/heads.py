@@ -137,7 +137,7 @@ def load_vllm(path, target):
     from reference.hidden import HiddenStates
     path = Path(path)
     config = json.loads((path / "config.json").read_text())
-    if config.get("architectures") == ["DFlashDraftModel"]:
+    if config.get("architectures") in (["DFlashDraftModel"], ["DSparkDraftModel"]):
         from properties.export.dflash import load_dflash
         return load_dflash(path, target)
     state = _safetensors().load_file(str(path / "model.safetensors"))

@@ -31,6 +31,7 @@ SEEDS = {"eagle3": 9003, "medusa": 9004}
 SEEDS["mtp"] = 9005   # an MTP layer (llama.cpp's draft-mtp, served in a GLM-4.5 export)
 RIDGE = 1e-3          # the MTP layer's eh_proj fit: ridge weight, relative to the mean of diag(X'X)
 SEEDS["dflash"] = 9006   # a DFlash block drafter (properties/models/dflash.py)
+SEEDS["dspark"] = 9007   # a DSpark block drafter (properties/models/dflash.py too)
 DTYPE = torch.float32
 # Medusa heads of the served head methods: one per drafted position (the methods' k)
 MEDUSA_HEADS = 4
@@ -44,9 +45,9 @@ def served_head(drafter):
     if drafter.kind not in SEEDS:
         raise ValueError(f"no served head of kind {drafter.kind!r}: the kit exports "
                          f"{sorted(SEEDS)} for vLLM")
-    if drafter.kind == "dflash":
+    if drafter.kind in ("dflash", "dspark"):
         from properties.models.dflash import served_dflash
-        return served_dflash(drafter, SEEDS["dflash"])
+        return served_dflash(drafter, SEEDS[drafter.kind])
     target = served.build(drafter.target)
     options = {"hidden": drafter.hidden} if drafter.hidden is not None else {}
     if drafter.kind == "medusa":
