@@ -53,7 +53,9 @@ DFLASH_HIDDEN = HiddenStates((0,), "output")
 # position 0 with its embedding zeroed (models/glm4_moe_mtp.py forward, "masking inputs at
 # position 0, as not needed by MTP"): mask0. Measured 2026-12-07 17:37 by hand on this export
 # (the launcher's 4 greedy prompts, /metrics around each): 64/15, 48/22, 28/27, 80/11, the
-# replay with mask0 exactly; without it 2 of 4 differ.
+# replay with mask0 exactly; without it 2 of 4 differ. The launcher's runs (17:42, 17:56;
+# runs/vllm-mtp-20261207-175632): greedy == target, the counters check passed, 220 drafted /
+# 75 accepted = the exact replay; NOT CONFORMANT with vLLM's 16 known defects.
 MTP_HIDDEN = last_layer(2, normed=True)
 MTP_CONVENTION = (("recycle", "output"), ("mask0", True))
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
