@@ -135,6 +135,23 @@ METHODS = {m.name: m for m in (
                      "of the newest token and 4 masks) reading the output of target layer 0",
            HeadDraft("dflash", "head-dflash", DFLASH_HIDDEN, replays=True), K,
            proposals="greedy"),
+    # DSpark (reference/heads/dspark.py): the same export llama.cpp's draft-dspark is judged on
+    # (DSparkDraftModel, resolved by vLLM as such). vLLM implements it in the V2 model runner
+    # only (config/vllm.py:2976-2979), which needs Triton: refused at start, by hand
+    # 2026-12-07 18:08 (default) and 18:09 (VLLM_USE_V2_MODEL_RUNNER=1), 15-48 s each, and by
+    # the launcher at 18:11 (runs/vllm-dspark-20261207-181128: "the kit could not start vllm")
+    Method("dspark", "DSpark block drafter (seeded random init, the target's lm_head, its Markov "
+                     "head fitted, an anchor-first block of the newest token and 3 masks) "
+                     "reading the output of target layer 0",
+           HeadDraft("dspark", "head-dspark", DFLASH_HIDDEN, replays=True), K,
+           proposals="greedy",
+           refused="vLLM's CPU build refuses to start: \"Model Runner V2 requires Triton; "
+                   "using the V1 model runner instead.\", then \"ValueError: Model Runner V1 "
+                   "does not support: dspark speculative decoding\" (config/vllm.py, "
+                   "_validate_v1_model_runner); with VLLM_USE_V2_MODEL_RUNNER=1 \"Model Runner "
+                   "V2 requires Triton.\" (this build's Triton has no CPU backend); it runs where "
+                   "vLLM's V2 runner does (a GPU: the recipe, python -m properties.serve recipes "
+                   "DIR)"),
     Method("mtp", "MTP: the served target with one MTP layer (seeded random init, eh_proj "
                   "fitted), exported as GLM-4.5 (Glm4MoeForCausalLM) in vLLM's layout; reads "
                   "the normed last hidden state",
