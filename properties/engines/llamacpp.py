@@ -17,7 +17,9 @@ with the kit's EAGLE-3 heads (a Llama layer, the only EAGLE-3 layer llama.cpp co
 converted to GGUF by the vendored converter beside the target: `eagle3` on target layers' inputs,
 `eagle3-last-layer` with the pre-final-norm state too (EAGLE3_HIDDEN below); draft-dflash with
 the kit's DFlash block drafter (`dflash`, reference/heads/dflash.py, exported as
-DFlashDraftModel and converted beside the target: DFLASH_HIDDEN below); draft-mtp (`mtp`)
+DFlashDraftModel and converted beside the target: DFLASH_HIDDEN below); draft-dspark with the
+kit's DSpark drafter (`dspark`, reference/heads/dspark.py, exported as DSparkDraftModel, the same
+hidden states); draft-mtp (`mtp`)
 with a seeded MTP layer of the kit's target: the converter takes an MTP layer only for
 architectures that declare one, so the method serves the target itself as GLM-4.5
 (Glm4MoeForCausalLM, properties/export/glm_mtp.py: a dense trunk computing the Qwen3 target
