@@ -90,13 +90,9 @@ def fit_rows(head, target, seed: int, rows: int, length: int):
     are greedy continuations of seeded random prompts (as properties/models/heads.py fits
     EAGLE-3)."""
     from reference.cache import KVCache
+    from properties.models.heads import greedy_sequences
     c = target.config
-    generator = torch.Generator().manual_seed(seed)
-    seqs = torch.randint(0, c.vocab_size, (rows, 4), generator=generator)
-    while seqs.shape[1] < length:
-        cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim,
-                        seqs.shape[1], torch.float64, "cpu")
-        seqs = torch.cat([seqs, target(seqs, cache)[:, -1].argmax(-1)[:, None]], 1)
+    seqs = greedy_sequences(target, seed, rows, length)
     cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim, length,
                     torch.float64, "cpu")
     logits, features = target.forward_hidden(seqs, cache, head.hidden)
