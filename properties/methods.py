@@ -344,7 +344,7 @@ class Method:
     # message, and where it runs instead. `make engines` leaves it out (still listed); the
     # launcher still starts it when asked, so the refusal is re-checked on every new version
     refused: str | None = None
-    # the trained pairs (properties/export/trained.py PAIRS) `make engines` also runs it on, with
+    # the trained pairs (reference/pretrained.py PAIR_DIRS) `make engines` also runs it on, with
     # `--models PAIR`: greedy on held-out text, the counts against the exact replay and the
     # speed-up where speculation pays (the kit's 32-token models show none). A drafter only a
     # trained pair has (the small draft, a trained head) names the pairs it belongs to here.
@@ -363,7 +363,7 @@ class Method:
         if self.verification not in VERIFICATIONS:
             raise ValueError(f"Method {self.name!r}: verification={self.verification!r}, "
                              f"choose from {VERIFICATIONS}")
-        from properties.export.trained import PAIRS
+        from reference.pretrained import PAIR_DIRS as PAIRS
         if not isinstance(self.pairs, tuple) or any(p not in PAIRS for p in self.pairs):
             raise ValueError(f"Method {self.name!r}: pairs={self.pairs!r}, must be a tuple of "
                              f"{tuple(PAIRS)}")

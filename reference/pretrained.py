@@ -24,6 +24,8 @@ from reference.model import EarlyExit, Qwen3
 TRAINED_DIR = Path(__file__).parent / "trained"
 # the weight-bound pair (make models-large, reference/grow.py): same tokenizer and prompts
 LARGE_DIR = Path(__file__).parent / "trained-large"
+# the pairs by the name the kit's --models gives them (properties/export/trained.py PAIRS)
+PAIR_DIRS = {"trained": TRAINED_DIR, "trained-large": LARGE_DIR}
 DRAFTS = ("early-exit", "small")
 
 

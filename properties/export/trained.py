@@ -38,11 +38,11 @@ from properties.export.kit import generation_config
 from properties.models.served import standalone_early_exit
 from properties.models.tokenizer import tokenizer_config
 from reference.checkpoint import save_pretrained
-from reference.pretrained import LARGE_DIR, TRAINED_DIR, TrainedPair, load, load_dir
+from reference.pretrained import PAIR_DIRS, TrainedPair, load, load_dir
 
 # --models name -> the pair's directory; "trained" stays the default everywhere, so that callers
 # that name no pair get the committed one as before
-PAIRS = {"trained": TRAINED_DIR, "trained-large": LARGE_DIR}
+PAIRS = dict(PAIR_DIRS)
 
 MODELS = {
     "target": "the trained target (6 layers)",

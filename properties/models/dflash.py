@@ -90,9 +90,8 @@ def fit_rows(head, target, seed: int, rows: int, length: int):
     are greedy continuations of seeded random prompts (as properties/models/heads.py fits
     EAGLE-3)."""
     from reference.cache import KVCache
-    from properties.models.heads import greedy_sequences
     c = target.config
-    seqs = greedy_sequences(target, seed, rows, length)
+    seqs = served.greedy_sequences(target, seed, rows, length)
     cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim, length,
                     torch.float64, "cpu")
     logits, features = target.forward_hidden(seqs, cache, head.hidden)

@@ -65,21 +65,6 @@ def served_head(drafter):
 
 
 @torch.no_grad()
-def greedy_sequences(target, seed: int, rows: int, length: int) -> torch.Tensor:
-    """[rows, length] token ids: seeded random prompts of 4 tokens, each continued by the
-    target's greedy tokens: the text the served heads' readouts are fitted on."""
-    from reference.cache import KVCache
-    c = target.config
-    generator = torch.Generator().manual_seed(seed)
-    seqs = torch.randint(0, c.vocab_size, (rows, 4), generator=generator)
-    while seqs.shape[1] < length:
-        cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim,
-                        seqs.shape[1], torch.float64, "cpu")
-        seqs = torch.cat([seqs, target(seqs, cache)[:, -1].argmax(-1)[:, None]], 1)
-    return seqs
-
-
-@torch.no_grad()
 def _fit_readout(head, target, seed: int, rows: int = 256, length: int = 32):
     """Fit the head's lm_head(s) by least squares to the target's own logits of the token it
     drafts, on greedy continuations of seeded random prompts. A head with random weights
@@ -91,7 +76,7 @@ def _fit_readout(head, target, seed: int, rows: int = 256, length: int = 32):
     if isinstance(head, MTPLayer):
         return _fit_mtp(head, target, seed, rows, length)
     c = target.config
-    seqs = greedy_sequences(target, seed, rows, length)
+    seqs = served.greedy_sequences(target, seed, rows, length)
     cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim, length,
                     torch.float64, "cpu")
     logits, features = target.forward_hidden(seqs, cache, head.hidden)   # logits[:, j]: t_{j+1}
@@ -120,7 +105,7 @@ def _fit_mtp(head, target, seed: int, rows: int, length: int):
     from reference.hidden import last_layer
     head.mtp_block.self_attn.o_proj.weight.mul_(10.0)
     c = target.config
-    seqs = greedy_sequences(target, seed, rows, length)
+    seqs = served.greedy_sequences(target, seed, rows, length)
     states = {}
     for name, hidden in (("features", head.hidden), ("pre-norm", last_layer(c.num_hidden_layers))):
         cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim, length,

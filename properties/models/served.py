@@ -125,3 +125,17 @@ def next_logits(seqs, name: str) -> torch.Tensor:
     if len({len(s) for s in seqs}) == 1:
         return forward(seqs, name)[:, -1]
     return torch.stack([forward([s], name)[0, -1] for s in seqs])
+
+
+@torch.no_grad()
+def greedy_sequences(target, seed: int, rows: int, length: int) -> torch.Tensor:
+    """[rows, length] token ids: seeded random prompts of 4 tokens, each continued by the
+    target's greedy tokens: the text the served heads' readouts are fitted on."""
+    c = target.config
+    generator = torch.Generator().manual_seed(seed)
+    seqs = torch.randint(0, c.vocab_size, (rows, 4), generator=generator)
+    while seqs.shape[1] < length:
+        cache = KVCache(c.num_hidden_layers, rows, c.num_key_value_heads, c.head_dim,
+                        seqs.shape[1], torch.float64, "cpu")
+        seqs = torch.cat([seqs, target(seqs, cache)[:, -1].argmax(-1)[:, None]], 1)
+    return seqs

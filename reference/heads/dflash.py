@@ -76,6 +76,7 @@ import torch
 import torch.nn as nn
 
 from reference.heads.base import share_target, one_layer
+from reference.heads.verified import Verified
 from reference.hidden import HiddenStates
 from reference.model import MLP, Attention, RMSNorm, rotate
 
@@ -235,8 +236,7 @@ class DFlashProposer:
     head over [newest, masks] gives all of its proposals, the first min(k, block_size - 1)."""
 
     def __init__(self, head, sampler, device):
-        from reference.heads.proposer import _Verified
-        self.verified = _Verified(head, sampler, device)
+        self.verified = Verified(head, sampler, device)
         self.head, self.device = head, device
         self.hidden = head.hidden
         self.forwards = 0            # head forwards run (one per proposing round)
