@@ -555,6 +555,11 @@ def served_model(method: Method | None) -> str:
     return "target"
 
 
+# the --spec-type of each head kind llama.cpp computes (a draft model's is draft-simple)
+HEAD_SPEC_TYPES = {"eagle3": "draft-eagle3", "mtp": "draft-mtp", "dflash": "draft-dflash",
+                   "dspark": "draft-dspark"}
+
+
 def spec_options(method: Method | None, gguf) -> list:
     """The options that make `method` speculate (none for the baseline): a context drafter's
     from CONTEXT_OPTIONS (another lookup method: ngram-simple sized as `ngram`, with its k);
@@ -565,23 +570,21 @@ def spec_options(method: Method | None, gguf) -> list:
         return []
     if method.name in CONTEXT_OPTIONS:
         return list(CONTEXT_OPTIONS[method.name])
-    if getattr(method.drafter, "kind", None) == "mtp":   # the layer is in -m's model: no -md
-        return ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(method.k),
-                "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-td", "1",
-                "-ctkd", "f32", "-ctvd", "f32"]
     if method.drafter.lookup:
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
                 "--spec-ngram-simple-size-m", str(method.k), "--spec-draft-n-max", str(method.k)]
-    head_kind = getattr(method.drafter, "kind", None)
-    kind = (f"draft-{head_kind}" if head_kind in ("dflash", "dspark")
-            else "draft-eagle3" if isinstance(method.drafter, HeadDraft) else "draft-simple")
+    head = isinstance(method.drafter, HeadDraft)
+    kind = HEAD_SPEC_TYPES[method.drafter.kind] if head else "draft-simple"
+    # an MTP layer is inside -m's model (served_model): no -md
+    draft = ([] if head and method.drafter.kind == "mtp"
+             else ["-md", Path(gguf) / f"{method.drafter.export}.gguf"])
     # the draft's KV cache in float32 as the target's (command): its default is float16 apart
     # from the target's, and with it the target drafting for itself rejected a proposal whose
     # float64 top-two gap is 4.7e-4 (prompt [2, 2, 2], max_tokens 6: 3 of 4 accepted; 4 of 4
     # with -ctkd/-ctvd f32, 2026-12-07)
-    argv = ["-md", Path(gguf) / f"{method.drafter.export}.gguf", "--spec-type", kind,
-            "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
-            "--spec-draft-p-min", "0", "-td", "1", "-ctkd", "f32", "-ctvd", "f32"]
+    argv = draft + ["--spec-type", kind,
+                    "--spec-draft-n-max", str(method.k), "--spec-draft-n-min", "0",
+                    "--spec-draft-p-min", "0", "-td", "1", "-ctkd", "f32", "-ctvd", "f32"]
     if method.name in CPU_DRAFT_SAMPLING:
         argv.append("--no-spec-draft-backend-sampling")
     if method.lossy is not None:
