@@ -84,6 +84,13 @@ class _Window:
         pass
 
 
+@torch.no_grad()
+def window_forward(target, ids, hidden):
+    """The frozen target over whole windows ids [B, T + 1], no cache: (logits, the hidden
+    states `hidden` names). Every head's distillation reads its teacher this way."""
+    return target.forward_hidden(ids, _Window(), hidden)
+
+
 def pass_mask(T: int, t: int) -> torch.Tensor:
     """[T, t * T] bool: what pass t's query at position i may attend to. Block 1 (pass 1, the
     verified pairs): positions j <= i - t + 1; block u = 2 .. t: position i - t + u only. For
@@ -117,10 +124,9 @@ def head_losses(head: Eagle3Head, target, ids, recipe: HeadRecipe) -> list:
     """Per pass, KL(p_target || q_head) over a batch of windows ids [B, T + 1], averaged over
     the positions every pass reaches (pass t needs i >= t - 1)."""
     T = ids.shape[1] - 1
-    with torch.no_grad():
-        logits, features = target.forward_hidden(ids, _Window(), head.hidden)
-        # pair i (feature f_i, token t_{i+1}) predicts the target's law at position i + 1
-        p_log = F.log_softmax(logits[:, 1:T + 1], -1)                    # [B, T, V]
+    logits, features = window_forward(target, ids, head.hidden)
+    # pair i (feature f_i, token t_{i+1}) predicts the target's law at position i + 1
+    p_log = F.log_softmax(logits[:, 1:T + 1], -1)                        # [B, T, V]
     first = recipe.passes - 1
     losses = []
     for logits_t in pass_logits(head, features, ids, recipe.passes):
@@ -150,7 +156,8 @@ def init_head(target, seed: int) -> Eagle3Head:
     return head
 
 
-def _lr(recipe: HeadRecipe, step: int) -> float:
+def lr_at(recipe, step: int) -> float:
+    """Linear warm-up over recipe.warmup steps, then a cosine down to a tenth of recipe.lr."""
     if step < recipe.warmup:
         return recipe.lr * (step + 1) / recipe.warmup
     progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
@@ -167,7 +174,7 @@ def train_head(target, train_ids, recipe: HeadRecipe, log=print) -> tuple[Eagle3
     head.train()
     for step in range(recipe.steps):
         for group in optimizer.param_groups:
-            group["lr"] = _lr(recipe, step)
+            group["lr"] = lr_at(recipe, step)
         starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
                                generator=generator)
         ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
@@ -197,17 +204,10 @@ def held_out_kl(head, target, held_ids, recipe: HeadRecipe) -> list[float]:
     return [round(x / n, 4) for x in totals]
 
 
-def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
-    """Train the head on the pair in `models`, save it to models/eagle3, measure, and add the
-    "heads" entry to models/manifest.json."""
-    from reference import acceptance
-    from reference.pretrained import load_dir
-    from reference.train import write_manifest
-
+def corpus_ids(pair, log=print) -> tuple:
+    """The training and held-out token ids of the corpus the pair's target was trained on (the
+    same split and tokenizer): the windows every head of this target is distilled on."""
     started = time.time()
-    torch.manual_seed(recipe.seed)
-    pair = load_dir(models)
-    target = pair.target
     files = corpus.corpus_files()
     train_files, held_files = corpus.split(files)
     # a grown pair's manifest (make models-large) names its base's instead of its own data
@@ -220,6 +220,44 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     held_ids = torch.tensor(corpus.encode_files(tokenizer, [corpus.read(f) for f in held_files]))
     log(f"corpus: {len(train_ids)} training tokens, {len(held_ids)} held out "
         f"({time.time() - started:.0f} s)")
+    return train_ids, held_ids
+
+
+def measure_drafts(pair, drafts: dict, prompts: int = 8, log=print) -> dict:
+    """Acceptance of each draft (name -> a draft model or head of pair.target) at T = 0 and 1
+    on the first `prompts` held-out prompts, 64 tokens, k = 4: the heads' manifest figures."""
+    from reference import acceptance
+    held = [p["ids"] for p in pair.held["prompts"][:prompts]]
+    measured = {}
+    for name, draft in drafts.items():
+        measured[name] = {f"T={t:g}": acceptance.measure(pair.target, draft, held, 64, 4, t)
+                          for t in (0.0, 1.0)}
+        log(f"acceptance {name}: " + ", ".join(
+            f"{k} {v['acceptance']} (exact {v['exact']}, {v['tokens_per_target_call']} tokens "
+            f"per target call)" for k, v in measured[name].items()))
+    return measured
+
+
+def write_heads_entry(models: Path, name: str, entry: dict):
+    """Set manifest["heads"][name] and rehash the directory's files, reading the manifest just
+    before writing it: other heads' entries, written by other runs, are kept as they are."""
+    from reference.train import write_manifest
+    manifest = json.loads((models / "manifest.json").read_text())
+    manifest.setdefault("heads", {})[name] = entry
+    manifest["files"] = {}
+    write_manifest(models, manifest)
+
+
+def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
+    """Train the head on the pair in `models`, save it to models/eagle3, measure, and add the
+    "heads" entry to models/manifest.json."""
+    from reference.pretrained import load_dir
+
+    started = time.time()
+    torch.manual_seed(recipe.seed)
+    pair = load_dir(models)
+    target = pair.target
+    train_ids, held_ids = corpus_ids(pair, log)
     t0 = time.time()
     head, history = train_head(target, train_ids, recipe, log)
     train_s = round(time.time() - t0, 1)
@@ -229,17 +267,9 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     out = models / "eagle3"
     save_head(head, out, dtype=torch.float16)
     saved = load_head(out, target)          # measured as saved (float16 -> the target's dtype)
-    held = [p["ids"] for p in pair.held["prompts"][:prompts]]
-    measured = {}
-    for name, draft in (("eagle3", saved), ("small", pair.small)):
-        measured[name] = {f"T={t:g}": acceptance.measure(target, draft, held, 64, 4, t)
-                          for t in (0.0, 1.0)}
-        log(f"acceptance {name}: " + ", ".join(
-            f"{k} {v['acceptance']} (exact {v['exact']}, {v['tokens_per_target_call']} tokens "
-            f"per target call)" for k, v in measured[name].items()))
+    measured = measure_drafts(pair, {"eagle3": saved, "small": pair.small}, prompts, log)
 
-    manifest = json.loads((models / "manifest.json").read_text())
-    manifest.setdefault("heads", {})["eagle3"] = {
+    entry = {
         "what": "an EAGLE-3 head distilled from the target's hidden states "
                 "(python -m reference.train_heads)",
         "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
@@ -254,10 +284,9 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
         "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
                      "margins, not bits)",
     }
-    manifest["files"] = {}
-    write_manifest(models, manifest)
+    write_heads_entry(models, "eagle3", entry)
     log(f"wrote {out} in {time.time() - started:.0f} s")
-    return manifest["heads"]["eagle3"]
+    return entry
 
 
 def main(argv=None):
