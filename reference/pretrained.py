@@ -55,6 +55,14 @@ class TrainedPair:
             raise FileNotFoundError(f"no EAGLE-3 head at {str(path)!r}: run `make models-heads`")
         return load_head(path, self.target)
 
+    def medusa(self):
+        """The Medusa heads trained on this target (make models-heads), in the target's dtype."""
+        from reference.heads.checkpoint import load_head
+        path = self.path / "medusa"
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no Medusa heads at {str(path)!r}: run `make models-heads`")
+        return load_head(path, self.target)
+
     def prompts(self) -> list[list[int]]:
         """Held-out prompts (token ids), in the order the manifest's figures used them."""
         return [p["ids"] for p in self.held["prompts"]]

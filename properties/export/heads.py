@@ -7,8 +7,8 @@ engine loads exactly the numbers the kit computes proposals from:
   target, a head of the drafter's kind and hidden-state convention with seeded random weights;
   EAGLE-3's embedding is the target's (vLLM shares the target's embedding when the head's
   equals it, so either way the numbers are the target's);
-- `trained_head(drafter, models)`: the EAGLE-3 head trained on a trained pair's target
-  (make models-heads), for `--models trained`.
+- `trained_head(drafter, models)`: the EAGLE-3 head or the Medusa heads trained on a trained
+  pair's target (make models-heads), for `--models trained`.
 
 vLLM 0.32.0's formats, from its source (site-packages/vllm/):
 - EAGLE-3 (model_executor/models/qwen3_eagle3.py, Eagle3Qwen3ForCausalLM): a Qwen3 config of
@@ -46,12 +46,14 @@ from reference.heads.medusa import MedusaHeads
 
 
 def trained_head(drafter, models: str = "trained"):
-    """The trained pair's EAGLE-3 head in float64 (the only trained head committed)."""
+    """The trained pair's head of the drafter's kind (EAGLE-3 or Medusa) in float64."""
     from properties.export.trained import pair_of
-    if drafter.kind != "eagle3":
-        raise ValueError(f"no trained head of kind {drafter.kind!r}: only eagle3 is trained "
-                         f"(make models-heads)")
+    if drafter.kind not in ("eagle3", "medusa"):
+        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3 and medusa are "
+                         f"trained (make models-heads)")
     pair = pair_of(models, torch.float64)
+    if drafter.kind == "medusa":
+        return pair.medusa().to(torch.float64)
     head = pair.eagle3().to(torch.float64)
     # an engine that loads only Llama-layer heads (OpenVINO GenAI through optimum-intel) is
     # declared with qk_norm False: it gets, and the kit replays, the trained weights in one

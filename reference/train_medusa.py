@@ -1,0 +1,193 @@
+"""Training Medusa heads on the committed trained target, by distillation (make models-heads,
+after the EAGLE-3 head).
+
+    python -m reference.train_medusa --models reference/trained --threads 1
+
+The target is frozen. Over random windows of its training corpus, one target forward gives its
+feature f_j (the last layer's output after the final norm: what vLLM hands Medusa) and its
+next-token law at every position j. Head i (i = 1 .. 4) reads f_j alone and learns the target's
+law of t_{j+1+i}, the token i + 1 places after t_j, which is the target's output at position
+j + i: the loss is KL(p_target || q_head) at temperature 1, as the EAGLE-3 head's. The law is
+the target's after the text's own tokens, which is what the verifier compares proposal i with
+whenever proposals 1 .. i - 1 were accepted (the only time proposal i is judged).
+
+Medusa's heads are not chained, so there is no training-time test: each head is trained once,
+at every position. They start as Medusa's do: each residual block the identity (zero weights),
+each lm_head a copy of the target's, so head i starts out guessing t_{j+1} for t_{j+1+i}.
+
+The heads are written to <models>/medusa/ (float16) and the manifest's "heads" entry gains a
+"medusa" key (recipe, time, held-out KL per head, acceptance beside the small draft's and the
+EAGLE-3 head's), with the new files' hashes. The target, the small draft and the other heads are
+not touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from reference.heads.checkpoint import load_head, save_head
+from reference.heads.medusa import MedusaHeads
+from reference.train_heads import (corpus_ids, lr_at, measure_drafts, window_forward,
+                                   write_heads_entry)
+
+
+@dataclass(frozen=True)
+class MedusaRecipe:
+    seed: int = 0
+    steps: int = 1000
+    heads: int = 4                # one per drafted position: the engines' k
+    batch: int = 16
+    seq_len: int = 96
+    lr: float = 3e-3
+    warmup: int = 30
+    eval_windows: int = 64        # held-out KL over this many windows
+
+    def quick(self, steps: int) -> "MedusaRecipe":
+        return replace(self, steps=steps, warmup=min(self.warmup, steps))
+
+
+def medusa_losses(heads: MedusaHeads, target, ids) -> list:
+    """Per head, KL(p_target || q_head) over a batch of windows ids [B, T + 1], averaged over
+    the positions j every head is judged at (j + K <= T: the token K + 1 places ahead is in the
+    window)."""
+    K = heads.num_heads
+    logits, features = window_forward(target, ids, heads.hidden)   # logits[:, j]: law of t_{j+1}
+    p_log = F.log_softmax(logits, -1)
+    n = ids.shape[1] - K                                            # positions judged
+    q = heads(features[:, :n])                                      # [B, n, K, V]
+    losses = []
+    for i in range(1, K + 1):
+        # head i at j: the law of t_{j+1+i}, the target's row j + i
+        q_log = F.log_softmax(q[:, :, i - 1], -1).to(p_log.dtype)
+        kl = F.kl_div(q_log, p_log[:, i:i + n], log_target=True, reduction="none")
+        losses.append(kl.sum(-1).mean())
+    return losses
+
+
+def init_heads(target, recipe: MedusaRecipe) -> MedusaHeads:
+    """Medusa heads for `target` as Medusa initialises them: every block the identity (zero
+    weight and bias: x + silu(0) = x) and every lm_head the target's, so training starts from
+    the target's own next-token law at every head."""
+    heads = MedusaHeads(target.config, recipe.heads).float()
+    with torch.no_grad():
+        for block, lm_head in zip(heads.blocks, heads.lm_heads):
+            for layer in block.layers:
+                layer.weight.zero_()
+                layer.bias.zero_()
+            lm_head.weight.copy_(target.lm_head.weight)
+    return heads
+
+
+def train_medusa(target, train_ids, recipe: MedusaRecipe, log=print) -> tuple:
+    torch.manual_seed(recipe.seed)
+    heads = init_heads(target, recipe)
+    params = list(heads.parameters())
+    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    generator = torch.Generator().manual_seed(recipe.seed + 1)
+    history = []
+    heads.train()
+    for step in range(recipe.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(recipe, step)
+        starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
+                               generator=generator)
+        ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
+        losses = medusa_losses(heads, target, ids)
+        # the heads share nothing: the sum trains each on its own loss
+        loss = sum(losses)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        history.append([round(float(l.detach()), 4) for l in losses])
+        if log and (step % 50 == 0 or step == recipe.steps - 1):
+            log(f"  step {step:4d}/{recipe.steps}  KL by head "
+                + " ".join(f"{l:.3f}" for l in history[-1]))
+    return heads.eval().requires_grad_(False), history
+
+
+@torch.no_grad()
+def held_out_kl(heads, target, held_ids, recipe: MedusaRecipe) -> list[float]:
+    """Mean KL(p_target || q_head) per head over the first eval_windows disjoint held-out
+    windows."""
+    n = min(recipe.eval_windows, (len(held_ids) - 1) // (recipe.seq_len + 1))
+    totals = [0.0] * heads.num_heads
+    for chunk in torch.arange(n).split(16):
+        ids = held_ids[chunk[:, None] * (recipe.seq_len + 1) + torch.arange(recipe.seq_len + 1)]
+        for i, loss in enumerate(medusa_losses(heads, target, ids)):
+            totals[i] += float(loss) * len(chunk)
+    return [round(x / n, 4) for x in totals]
+
+
+def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> dict:
+    """Train the heads on the pair in `models`, save them to models/medusa, measure, and add
+    the "medusa" key to the manifest's "heads" entry."""
+    from reference.pretrained import load_dir
+
+    started = time.time()
+    pair = load_dir(models)
+    target = pair.target
+    train_ids, held_ids = corpus_ids(pair, log)
+    untrained = held_out_kl(init_heads(target, recipe), target, held_ids, recipe)
+    log(f"held-out KL(target || head) by head, untrained: {untrained}")
+    t0 = time.time()
+    heads, history = train_medusa(target, train_ids, recipe, log)
+    train_s = round(time.time() - t0, 1)
+    kl = held_out_kl(heads, target, held_ids, recipe)
+    log(f"held-out KL(target || head) by head: {kl}")
+
+    out = models / "medusa"
+    save_head(heads, out, dtype=torch.float16)
+    drafts = {"medusa": load_head(out, target), "small": pair.small}   # medusa as saved
+    if (models / "eagle3" / "config.json").is_file():
+        drafts["eagle3"] = pair.eagle3()
+    measured = measure_drafts(pair, drafts, prompts, log)
+
+    entry = {
+        "what": "Medusa heads distilled from the target's normed last hidden state "
+                "(python -m reference.train_medusa)",
+        "hidden": asdict(heads.hidden) | {"layers": list(heads.hidden.layers)},
+        "recipe": asdict(recipe), "seed": recipe.seed, "steps": recipe.steps,
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "parameters": sum(p.numel() for p in heads.parameters()),
+        "final_train_kl": [round(sum(h[i] for h in history[-20:]) / len(history[-20:]), 4)
+                           for i in range(recipe.heads)],
+        "held_out_kl": kl,
+        "held_out_kl_untrained": untrained,
+        "acceptance": measured,
+        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
+        "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
+                     "margins, not bits)",
+    }
+    write_heads_entry(models, "medusa", entry)
+    log(f"wrote {out} in {time.time() - started:.0f} s")
+    return entry
+
+
+def main(argv=None):
+    from reference.train import check_steps_and_threads
+
+    parser = argparse.ArgumentParser(prog="python -m reference.train_medusa")
+    parser.add_argument("--models", type=Path, default=Path(__file__).parent / "trained",
+                        help="the trained pair's folder (its target is frozen)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps (default: the recipe's)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    check_steps_and_threads(parser, args)
+    recipe = MedusaRecipe(seed=args.seed)
+    if args.steps is not None:
+        recipe = recipe.quick(args.steps)
+    build(args.models, recipe, log=lambda s: print(s, flush=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
