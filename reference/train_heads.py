@@ -55,10 +55,11 @@ class HeadRecipe:
         return replace(self, steps=steps, warmup=min(self.warmup, steps))
 
 
-class _Passes:
-    """The cache of the training-time test for the head's one layer: pass t's attention sees
-    the keys and values of passes 1 .. t - 1 (kept as written, gradients flowing) beside its
-    own. Only `write` is used: the layer is called directly with explicit positions and mask."""
+class PassCache:
+    """The cache of the training-time test for a chained head's one layer (EAGLE-3's here, the
+    MTP layer's in train_mtp.py): pass t's attention sees the keys and values of passes
+    1 .. t - 1 (kept as written, gradients flowing) beside its own. Only `write` is used: the
+    layer is called directly with explicit positions and mask."""
 
     def __init__(self):
         self.keys, self.values = [], []
@@ -108,7 +109,7 @@ def pass_logits(head: Eagle3Head, features, ids, passes: int) -> list:
     B, T = ids.shape[0], ids.shape[1] - 1
     embeds = head.embed_tokens(ids[:, 1:T + 1])                           # t_{i+1}: [B, T, H]
     positions = torch.arange(T, device=ids.device).expand(B, T)
-    cache = _Passes()
+    cache = PassCache()
     h = head.fc(features[:, :T])                                          # pass 1: [B, T, H]
     out = []
     for t in range(1, passes + 1):
