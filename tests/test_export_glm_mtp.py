@@ -119,3 +119,34 @@ def test_vllms_layout_is_the_same_target_and_layer(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(glm(ids).logits.double(), target(ids, cache), rtol=0,
                                    atol=1e-4)
+
+
+def test_the_trained_targets_trunk_is_the_trained_target(tmp_path):
+    """The trick holds for the trained target (6 layers, hidden 128, 2,048 tokens, its lm_head
+    tied to its embedding): its GLM-4.5 layout (first_k_dense_replace 6, the lm_head written
+    apart) computes in transformers bit for bit what the run's own Qwen3 export of it computes
+    (the baseline server's model), and reads back into the same target."""
+    transformers = pytest.importorskip("transformers")
+    from properties.engines.llamacpp import METHODS
+    from properties.export import trained
+    pair = trained.pair_of("trained", torch.float32)
+    method = METHODS["mtp-trained"]
+    layer = random_head("mtp", pair.target, hidden=method.drafter.hidden,
+                        **dict(method.drafter.options))
+    glm_dir = glm_mtp.write(layer, tmp_path / method.drafter.head,
+                            trained.tokenizer_files(pair))
+    qwen_dir = trained.export(tmp_path / "qwen", method)["target"]
+    config = json.loads((glm_dir / "config.json").read_text())
+    assert config["first_k_dense_replace"] == config["num_hidden_layers"] == 6
+    assert config["tie_word_embeddings"] is False and config["vocab_size"] == 2048
+    glm = transformers.AutoModelForCausalLM.from_pretrained(glm_dir, dtype=torch.float64)
+    qwen = transformers.AutoModelForCausalLM.from_pretrained(qwen_dir, dtype=torch.float64)
+    ids = torch.tensor([pair.prompts()[0][:24]])
+    with torch.no_grad():
+        assert torch.equal(glm(ids).logits, qwen(ids).logits)
+    target, back = glm_mtp.load(glm_dir)
+    for name, t in pair.target.state_dict().items():
+        assert torch.equal(target.state_dict()[name], t.double()), name
+    for name, t in layer.state_dict().items():
+        assert torch.equal(back.state_dict()[name], t.double()), name
+    assert (back.recycle, back.lead, back.mask0) == ("normed", True, False)

@@ -159,6 +159,10 @@ EAGLE3_TRAINED_LARGE_HIDDEN = HiddenStates((1, 4, 7), "input")
 # replay without the lead pair differs in all 6.
 MTP_HIDDEN = HiddenStates((1,), "output", normed=True)
 MTP_CONVENTION = (("order", "embedding-first"), ("recycle", "normed"), ("lead", True))
+# the trained pair's MTP layer (make models-heads, reference/train_mtp.py), trained in this
+# convention on the 6-layer target's normed last state; served as that target in GLM-4.5
+# (glm_mtp.LAYOUTS "target-glm4moe-mtp-trained": its 6 dense layers, the layer as layer 6)
+MTP_TRAINED_HIDDEN = HiddenStates((5,), "output", normed=True)
 # The hidden states llama.cpp feeds a DFlash drafter (draft-dflash): the outputs of the target
 # layers dflash_config.target_layer_ids names (the converter writes id + 1 as the layer whose
 # input is read, conversion/qwen.py:735-738; common/speculative.cpp:1056-1059), fused by the
@@ -216,6 +220,11 @@ METHODS = {m.name: m for m in (
                              "trained)",
            HeadDraft("eagle3", "head-eagle3-llama-trained", EAGLE3_TRAINED_HIDDEN,
                      trained_only=True, qk_norm=False), K, pairs=("trained",)),
+    Method("mtp-trained", "MTP (draft-mtp): the trained pair's target with its trained MTP "
+                          "layer (--models trained), exported as GLM-4.5 with the layer inside "
+                          "the target's GGUF",
+           HeadDraft("mtp", "target-glm4moe-mtp-trained", MTP_TRAINED_HIDDEN, trained_only=True,
+                     options=MTP_CONVENTION), K, pairs=("trained",)),
     Method("eagle3-trained-large", "EAGLE-3: the weight-bound pair's trained head in a Llama "
                                    "layer (--models trained-large)",
            HeadDraft("eagle3", "head-eagle3-llama-trained-large", EAGLE3_TRAINED_LARGE_HIDDEN,

@@ -29,6 +29,10 @@ transformers 5.25 (models/glm4_moe/modeling_glm4_moe.py):
   output_norm and output (graph_mtp: `shared_head_norm ? ... : model.output_norm`), which is
   the reference's "the target's final norm and lm_head". The recycled state is that normed
   output (res->t_h_nextn is set after the head norm): recycle="normed".
+* a target whose lm_head is its embedding (the trained target, tie_word_embeddings): written
+  as two equal tensors with tie_word_embeddings false, so the engine's output is the same
+  matrix; nothing above depends on the target's sizes or depth (the trained target's 6 layers:
+  first_k_dense_replace 6, the MTP layer model.layers.6).
 
 Two layouts of the same numbers (LAYOUTS, by the head's export name): llama.cpp's, as above;
 vLLM's, whose Glm4MoeForCausalLM refuses an all-dense trunk ("RuntimeError: No Glm4MoE layer
@@ -65,17 +69,18 @@ ARCHITECTURE = "Glm4MoeForCausalLM"
 EXPERTS = 2
 # export name -> layout: which trunk layers are a mixture of experts, and whether the MTP
 # layer's shared_head.norm is written
-LAYOUTS = {"target-glm4moe-mtp": {"moe_trunk": False, "shared_head_norm": False},
-           "target-glm4moe-mtp-vllm": {"moe_trunk": True, "shared_head_norm": True}}
+# (the -trained names: the trained pair's target and its trained MTP layer, the same layouts)
+LLAMACPP = {"moe_trunk": False, "shared_head_norm": False}
+VLLM = {"moe_trunk": True, "shared_head_norm": True}
+LAYOUTS = {"target-glm4moe-mtp": LLAMACPP, "target-glm4moe-mtp-vllm": VLLM,
+           "target-glm4moe-mtp-trained": LLAMACPP, "target-glm4moe-mtp-trained-vllm": VLLM}
 
 
 def config(target_config, mtp_layers: int = 1, moe_trunk: bool = False) -> dict:
     """config.json of the served target as Glm4MoeForCausalLM, with `mtp_layers` MTP layers
     (`moe_trunk`: the last trunk layer a mixture of experts, vLLM's layout)."""
     c = target_config
-    if c.tie_word_embeddings:
-        raise ValueError("glm_mtp.config: the target ties its embedding and lm_head; the export "
-                         "writes them apart (tie_word_embeddings false)")
+    # a tied target's lm_head is written beside its embedding (tensors): untied here
     return {
         "architectures": [ARCHITECTURE], "model_type": "glm4_moe",
         "vocab_size": c.vocab_size, "hidden_size": c.hidden_size,
@@ -140,9 +145,10 @@ def tensors(head: MTPLayer, moe_trunk: bool = False, shared_head_norm: bool = Fa
     return {name: t.detach().to(DTYPE).cpu().clone() for name, t in state.items()}
 
 
-def write(head: MTPLayer, path) -> Path:
+def write(head: MTPLayer, path, tokenizer_files: dict | None = None) -> Path:
     """Write the target of `head` with `head` as its MTP layer to the folder `path`, in the
-    layout its name declares (LAYOUTS; the folder's name is the head's export name)."""
+    layout its name declares (LAYOUTS; the folder's name is the head's export name), with the
+    tokenizer files given (file name -> text; default the kit's 32-token tokenizer)."""
     from properties.export.kit import generation_config
     path = Path(path)
     if path.name not in LAYOUTS:
@@ -158,7 +164,7 @@ def write(head: MTPLayer, path) -> Path:
     _safetensors().save_file(tensors(head, **layout), str(path / "model.safetensors"),
                              metadata={"format": "pt"})
     (path / "generation_config.json").write_text(json.dumps(generation_config(), indent=2))
-    for file, text in tokenizer.tokenizer_files().items():
+    for file, text in (tokenizer_files or tokenizer.tokenizer_files()).items():
         (path / file).write_text(text)
     return path
 

@@ -7,8 +7,8 @@ engine loads exactly the numbers the kit computes proposals from:
   target, a head of the drafter's kind and hidden-state convention with seeded random weights;
   EAGLE-3's embedding is the target's (vLLM shares the target's embedding when the head's
   equals it, so either way the numbers are the target's);
-- `trained_head(drafter, models)`: the EAGLE-3 head or the Medusa heads trained on a trained
-  pair's target (make models-heads), for `--models trained`.
+- `trained_head(drafter, models)`: the EAGLE-3 head, the Medusa heads or the MTP layer trained
+  on a trained pair's target (make models-heads), for `--models trained`.
 
 vLLM 0.32.0's formats, from its source (site-packages/vllm/):
 - EAGLE-3 (model_executor/models/qwen3_eagle3.py, Eagle3Qwen3ForCausalLM): a Qwen3 config of
@@ -46,18 +46,36 @@ from reference.heads.medusa import MedusaHeads
 
 
 def trained_head(drafter, models: str = "trained"):
-    """The trained pair's head of the drafter's kind (EAGLE-3 or Medusa) in float64."""
+    """The trained pair's head of the drafter's kind (EAGLE-3, Medusa, MTP) in float64; the MTP
+    layer read in the drafter's convention (its options)."""
     from properties.export.trained import pair_of
-    if drafter.kind not in ("eagle3", "medusa"):
-        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3 and medusa are "
+    if drafter.kind not in ("eagle3", "medusa", "mtp"):
+        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3, medusa and mtp are "
                          f"trained (make models-heads)")
     pair = pair_of(models, torch.float64)
     if drafter.kind == "medusa":
         return pair.medusa().to(torch.float64)
+    if drafter.kind == "mtp":
+        return in_convention(pair.mtp().to(torch.float64), dict(drafter.options))
     head = pair.eagle3().to(torch.float64)
     # an engine that loads only Llama-layer heads (OpenVINO GenAI through optimum-intel) is
     # declared with qk_norm False: it gets, and the kit replays, the trained weights in one
     return llama_layer(head) if head.qk_norm and not drafter.qk_norm else head
+
+
+def in_convention(layer, options: dict):
+    """An MTPLayer with the weights of `layer` read in an engine's convention (options among
+    order, recycle, lead, mask0; the others stay the layer's): the trained layer was trained in
+    llama.cpp's, and vLLM reads the same weights in its own, a different head replayed as
+    itself."""
+    from reference.heads.mtp import MTPLayer
+    mine = {o: getattr(layer, o) for o in ("order", "recycle", "lead", "mask0")}
+    if mine | options == mine:
+        return layer
+    out = MTPLayer(layer.target, layer.hidden, **(mine | options))
+    out.to(dtype=layer.eh_proj.weight.dtype)
+    out.load_state_dict(layer.state_dict(), strict=True)
+    return out.eval().requires_grad_(False)
 
 
 def llama_layer(head):
@@ -180,7 +198,11 @@ def export(directory, drafter, models: str = "kit") -> Path:
         # an MTP layer ships inside its target: the served target and the layer as GLM-4.5
         # (properties/export/glm_mtp.py), the one format llama.cpp's converter takes for both
         from properties.export import glm_mtp
-        return glm_mtp.write(head, Path(directory) / drafter.head)
+        files = None
+        if models != "kit":     # a trained target: its own tokenizer
+            from properties.export.trained import pair_of, tokenizer_files
+            files = tokenizer_files(pair_of(models))
+        return glm_mtp.write(head, Path(directory) / drafter.head, files)
     return write_vllm(head, Path(directory) / drafter.head)
 
 
