@@ -1,14 +1,17 @@
 """The MTP layer trained on the committed trained target (reference/train_mtp.py,
 reference/trained/mtp, make models-heads) and llama.cpp's method `mtp-trained`."""
 
+import json
+
 import pytest
 import torch
 
 from fast.testing import one_thread
 from reference.heads.base import with_lead
+from reference.heads.checkpoint import load_head
 from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
-from reference.pretrained import TRAINED_DIR
+from reference.pretrained import TRAINED_DIR, check_manifest
 from reference.train_heads import HeadRecipe, window_forward
 from reference.train_mtp import CONVENTION, init_layer, pass_logits, train_layer
 from tests.heads_by_hand import small_target
@@ -72,3 +75,55 @@ def test_the_layer_starts_small_and_seeded():
         assert torch.equal(t, b.state_dict()[name]), name
     assert set(a.state_dict()) == set(b.state_dict())
     assert not any(n.startswith("target.") for n in a.state_dict())   # the target is not its own
+
+
+# --- the committed layer ---------------------------------------------------------------------
+
+@needs_layer
+def test_the_committed_layer_is_in_the_manifest():
+    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
+    entry = manifest["heads"]["mtp"]
+    assert {"seed", "steps", "timings", "acceptance", "held_out_kl", "convention"} <= set(entry)
+    assert entry["convention"] == CONVENTION | {"mask0": False}
+    assert {"mtp/config.json", "mtp/model.safetensors"} <= set(manifest["files"])
+    assert not [p for p in check_manifest(TRAINED_DIR) if p.startswith("mtp/")]
+
+
+@needs_layer
+def test_the_committed_layer_reproduces_the_manifests_greedy_acceptance():
+    """Through the reference MTP proposer (reference.speculative with the layer as the draft),
+    greedy decoding of the manifest's held-out prompts gives exactly its T=0 counts: what the
+    proposals reached and accepted at each draft position, and the tokens per target call."""
+    from reference import acceptance
+    from reference.pretrained import load
+    pair = load()
+    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
+    recorded = manifest["heads"]["mtp"]["acceptance"]["mtp"]["T=0"]
+    layer = load_head(LAYER_DIR, pair.target)
+    prompts = pair.prompts()[:recorded["prompts"]]
+    got = acceptance.measure(pair.target, layer, prompts, recorded["max_new_tokens"],
+                             recorded["k"], 0.0)
+    for key in ("reached", "by_position", "acceptance", "tokens_per_target_call"):
+        assert got[key] == recorded[key], key
+
+
+@needs_layer
+def test_mtp_trained_exports_the_committed_layer_for_llama_cpp(tmp_path):
+    """The method's export is the trained target with the committed layer as GLM-4.5, read back
+    (as the engine loads it) into the layer the trained check replays: equal round logits."""
+    from properties.engines.llamacpp import METHODS
+    from properties.export import heads as export
+    from properties.export.trained import pair_of
+    from reference.heads.replay import round_logits
+    drafter = METHODS["mtp-trained"].drafter
+    path = export.export(tmp_path, drafter, "trained")
+    target = pair_of("trained", torch.float64).target
+    mine, back = export.trained_head(drafter, "trained"), export.load_vllm(path, target)
+    assert back.hidden == mine.hidden == drafter.hidden
+    assert (back.order, back.recycle, back.lead, back.mask0) == (
+        "embedding-first", "normed", True, False)
+    seq = list(pair_of("trained").prompts()[0][:12])
+    _, features = target.forward_hidden(torch.tensor([seq]), target.new_cache(1, 12),
+                                        mine.hidden)
+    torch.testing.assert_close(round_logits(back, features[0], seq, 8, 4),
+                               round_logits(mine, features[0], seq, 8, 4), rtol=0, atol=0)
