@@ -37,6 +37,9 @@ EAGLE3_HIDDEN = HiddenStates((0, 1, 2), "input")
 # inputs of layers 1, 3, 5
 EAGLE3_TRAINED_HIDDEN = HiddenStates((1, 3, 5), "input")
 MEDUSA_HIDDEN = last_layer(2, normed=True)
+# the trained pair's Medusa heads (reference/trained/medusa, make models-heads): its 6-layer
+# target's last layer after the final norm
+MEDUSA_TRAINED_HIDDEN = last_layer(6, normed=True)
 # DFlash (method "dflash", parallel drafting): dflash_config.target_layer_ids name target layers'
 # outputs, which vLLM reads as the aux hidden states id + 1, the stream entering the next layer
 # (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:108-111); reference/heads/dflash.py has the
@@ -125,6 +128,9 @@ METHODS = {m.name: m for m in (
     Method("medusa", "Medusa: 4 heads (seeded random init) on the target's normed last hidden "
                      "state", HeadDraft("medusa", "head-medusa", MEDUSA_HIDDEN, replays=True),
            K, proposals="greedy"),
+    Method("medusa-trained", "Medusa: 4 heads trained on the trained target (--models trained)",
+           HeadDraft("medusa", "head-medusa-trained", MEDUSA_TRAINED_HIDDEN, trained_only=True),
+           K, proposals="greedy", pairs=("trained",)),
     # DFlash: one non-causal forward over [newest, 4 masks] proposes the round's 4 tokens (the
     # masks' argmaxes); the CPU attention backend declares non-causal support
     # (v1/attention/backends/cpu_attn.py supports_non_causal). replays: measured 2026-12-07
