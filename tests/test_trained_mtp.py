@@ -108,20 +108,27 @@ def test_the_committed_layer_reproduces_the_manifests_greedy_acceptance():
 
 
 @needs_layer
-def test_mtp_trained_exports_the_committed_layer_for_llama_cpp(tmp_path):
-    """The method's export is the trained target with the committed layer as GLM-4.5, read back
-    (as the engine loads it) into the layer the trained check replays: equal round logits."""
-    from properties.engines.llamacpp import METHODS
+@pytest.mark.parametrize("engine, convention", [("llamacpp", ("normed", True, False)),
+                                                ("vllm", ("output", False, True))])
+def test_mtp_trained_exports_the_committed_layer(tmp_path, engine, convention):
+    """Each engine's method exports the trained target with the committed layer as GLM-4.5 in
+    its layout, read back (as the engine loads it) into the layer the trained check replays,
+    in the engine's convention (recycle, lead, mask0): equal round logits. llama.cpp's is the
+    one it was trained in."""
+    from importlib import import_module
+
     from properties.export import heads as export
     from properties.export.trained import pair_of
     from reference.heads.replay import round_logits
-    drafter = METHODS["mtp-trained"].drafter
+    drafter = import_module(f"properties.engines.{engine}").METHODS["mtp-trained"].drafter
     path = export.export(tmp_path, drafter, "trained")
     target = pair_of("trained", torch.float64).target
     mine, back = export.trained_head(drafter, "trained"), export.load_vllm(path, target)
     assert back.hidden == mine.hidden == drafter.hidden
-    assert (back.order, back.recycle, back.lead, back.mask0) == (
-        "embedding-first", "normed", True, False)
+    assert (back.recycle, back.lead, back.mask0) == (mine.recycle, mine.lead, mine.mask0) == \
+        convention
+    for name, t in load_head(LAYER_DIR, target).state_dict().items():
+        assert torch.equal(back.state_dict()[name], t), name
     seq = list(pair_of("trained").prompts()[0][:12])
     _, features = target.forward_hidden(torch.tensor([seq]), target.new_cache(1, 12),
                                         mine.hidden)

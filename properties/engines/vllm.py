@@ -61,6 +61,11 @@ DFLASH_HIDDEN = HiddenStates((0,), "output")
 # 75 accepted = the exact replay; NOT CONFORMANT with vLLM's 16 known defects.
 MTP_HIDDEN = last_layer(2, normed=True)
 MTP_CONVENTION = (("recycle", "output"), ("mask0", True))
+# the trained pair's MTP layer (make models-heads, reference/train_mtp.py), trained in llama.cpp's
+# convention and read here in vLLM's (no lead pair, mask0, the block's output chained): the
+# same weights, another head, replayed as such (properties/export/heads.py in_convention);
+# served as the trained target in vLLM's GLM-4.5 layout (its layer 5 as two equal experts)
+MTP_TRAINED_HIDDEN = last_layer(6, normed=True)
 # rejection_sample_method="synthetic" (vllm/config/speculative.py): per-position unconditional
 # acceptance rates, non-increasing, one per draft position
 SYNTHETIC_RATES = (0.9, 0.8, 0.7, 0.6)
@@ -163,6 +168,12 @@ METHODS = {m.name: m for m in (
                   "the normed last hidden state",
            HeadDraft("mtp", "target-glm4moe-mtp-vllm", MTP_HIDDEN, replays=True,
                      options=MTP_CONVENTION), K, proposals="greedy"),
+    Method("mtp-trained", "MTP: the trained pair's target with its trained MTP layer (--models "
+                          "trained; trained in llama.cpp's convention, read in vLLM's), "
+                          "exported as GLM-4.5 in vLLM's layout",
+           HeadDraft("mtp", "target-glm4moe-mtp-trained-vllm", MTP_TRAINED_HIDDEN,
+                     trained_only=True, options=MTP_CONVENTION), K, proposals="greedy",
+           pairs=("trained",)),
     # suffix decoding (vllm/config/speculative.py _validate_suffix_decoding): proposals from a
     # suffix tree of the prompt and one of past responses shared by up to 10,000 requests
     # (suffix_decoding_max_cached_requests), speculating where a continuation's frequency

@@ -64,15 +64,19 @@ def trained_head(drafter, models: str = "trained"):
 
 
 def in_convention(layer, options: dict):
-    """An MTPLayer with the weights of `layer` read in an engine's convention (options among
-    order, recycle, lead, mask0; the others stay the layer's): the trained layer was trained in
-    llama.cpp's, and vLLM reads the same weights in its own, a different head replayed as
-    itself."""
+    """An MTPLayer with the weights of `layer` read in an engine's convention: a HeadDraft's
+    options (order, recycle, lead, mask0), MTPLayer's defaults for those not given, as a served
+    head is built. The trained layer was trained in llama.cpp's; vLLM reads the same weights in
+    its own, a different head, replayed as itself."""
+    import inspect
+
     from reference.heads.mtp import MTPLayer
-    mine = {o: getattr(layer, o) for o in ("order", "recycle", "lead", "mask0")}
-    if mine | options == mine:
+    defaults = {name: p.default for name, p in inspect.signature(MTPLayer).parameters.items()
+                if name in ("order", "recycle", "lead", "mask0")}
+    wanted = defaults | options
+    if wanted == {o: getattr(layer, o) for o in defaults}:
         return layer
-    out = MTPLayer(layer.target, layer.hidden, **(mine | options))
+    out = MTPLayer(layer.target, layer.hidden, **wanted)
     out.to(dtype=layer.eh_proj.weight.dtype)
     out.load_state_dict(layer.state_dict(), strict=True)
     return out.eval().requires_grad_(False)
