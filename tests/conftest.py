@@ -1,19 +1,31 @@
 """Set-up shared by the tests in this folder."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from fast.testing import one_thread
 
+# Many tests start Python afresh: the kit run as a user runs it (tests/test_kit_selftest.py and
+# its kin), the launcher, fake servers, the findings' scripts. Where PYTHONDONTWRITEBYTECODE is
+# set (as on this project's machines), each of them compiled the project again (about 700
+# compilations) and pytest rewrote its asserts again: 1.9 s of the 5.2 s a kit subprocess took
+# to collect properties/ (3.3 s with byte code kept; 2026-12-07). Their byte code is kept in one
+# cache outside the source tree instead, so the tree stays free of __pycache__ as that setting
+# meant.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
+    os.environ.setdefault("PYTHONPYCACHEPREFIX",
+                          str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"))
+
 
 @pytest.fixture(autouse=True, scope="module")
-def _fast_engine_tests_on_one_thread(request):
-    """The fast engine's tests run on one intra-op thread, restored afterwards: on a shared
-    2-core machine a second OpenMP thread made the tiny model's kernels 10x slower (see
-    BENCHMARKS.md)."""
-    if request.module.__name__.rpartition(".")[2].startswith("test_fast_"):
-        with one_thread():
-            yield
-    else:
+def _one_intra_op_thread():
+    """Every test module here runs on one intra-op thread, restored afterwards: the models are
+    tiny, and on a shared 2-core machine a second OpenMP thread made their kernels 10x slower
+    (see BENCHMARKS.md); pytest-xdist workers run on one anyway (conftest.py), so a run without
+    workers sees the same numerics and costs."""
+    with one_thread():
         yield
 
 

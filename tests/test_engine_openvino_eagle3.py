@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fast.testing import one_thread
 from properties.engines import openvino
 from properties.export import heads, trained
 from properties.methods import HeadDraft
@@ -20,12 +19,6 @@ from reference.checkpoint import _safetensors
 from reference.hidden import HiddenStates
 
 TRAINED = openvino.METHODS["eagle3-trained"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

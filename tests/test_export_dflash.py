@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fast.testing import one_thread
 from properties.engines import EngineMissing, llamacpp, vllm
 from properties.export import dflash, heads, kit
 from properties.models import heads as served_heads
@@ -22,12 +21,6 @@ from reference.heads.random import random_head
 from tests.heads_by_hand import small_target
 
 CONTEXTS = [[1, 2, 3, 4, 5], [7, 9], [0] * 10, [31, 30, 2, 2, 17, 4, 4, 9]]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 def dflash_methods():

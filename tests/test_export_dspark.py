@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 
-from fast.testing import one_thread
 from properties.engines import llamacpp
 from properties.export import dflash
 from properties.models import dflash as served_dflash
@@ -16,12 +15,6 @@ from properties.models import served
 from reference.checkpoint import _safetensors
 from reference.heads.dspark import DSparkHead
 from tests.test_export_dflash import convert, export_method, greedy_acceptance, read_back
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

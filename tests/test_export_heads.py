@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import reference.speculative as speculative
-from fast.testing import one_thread
 from properties.engines import llamacpp
 from properties.engines.vllm import METHODS
 from properties.export import heads
@@ -31,12 +30,6 @@ HEAD_METHODS = {f"{engine}:{name}": m
                 if isinstance(m.drafter, HeadDraft) and not m.drafter.trained_only}
 SERVED = sorted(HEAD_METHODS)
 PROMPTS = [[1, 2, 3, 4, 5], [7, 9], [0] * 10, [31, 30, 2, 2, 17, 4, 4, 9]]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

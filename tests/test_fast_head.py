@@ -9,7 +9,7 @@ import fast
 import reference.speculative as speculative
 from fast import fused
 from fast.head import HeadDrafter
-from fast.testing import one_thread, target_greedy
+from fast.testing import target_greedy
 from reference.heads.proposer import head_proposer
 from reference.heads.random import random_head
 from reference.heads.replay import round_logits
@@ -27,12 +27,6 @@ HEADS = {
     "eagle3-normed": dict(hidden=HiddenStates((1, 3), "output", normed=True)),
     "eagle3-d2t": dict(draft_vocab=list(range(255, 0, -3)) + [2, 4]),
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import reference.speculative as speculative
-from fast.testing import one_thread
 from properties import statistics
 from properties.oracle import law_from
 from reference.heads import DFlashHead, KINDS
@@ -28,12 +27,6 @@ from tests.heads_by_hand import small_target, target_features
 TINY = Config(vocab_size=8, hidden_size=4, intermediate_size=6, num_hidden_layers=3,
               num_attention_heads=2, num_key_value_heads=1, head_dim=2)
 PROMPTS = [[1, 2, 3, 4, 5, 6], [7, 7, 7, 7], [9, 3], [40, 41, 42, 40, 41, 42, 40]]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import reference.speculative as speculative
-from fast.testing import one_thread
 from reference.heads import DSparkHead, KINDS
 from reference.heads.checkpoint import load_head, save_head
 from reference.heads.dflash import DFlashProposer
@@ -20,12 +19,6 @@ from reference.model import random_model
 from reference.speculative import greedy_generate, speculative_generate
 from tests.heads_by_hand import small_target, target_features
 from tests.test_reference_dflash import PROMPTS, TINY, _matvec, block_by_hand
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

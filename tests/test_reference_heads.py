@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import reference.speculative as speculative
-from fast.testing import one_thread
 from reference.heads import Eagle3Head, EagleHead, MedusaHeads, MTPLayer
 from reference.heads.proposer import head_proposer
 from reference.heads.random import random_head
@@ -34,12 +33,6 @@ HEADS = {
     "mtp-llamacpp": dict(kind="mtp", hidden=HiddenStates((3,), normed=True), recycle="normed",
                          lead=True),
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import reference.speculative as speculative
-from fast.testing import one_thread
 from properties import statistics
 from properties.oracle import law_from
 from reference.acceptance import exact_acceptance
@@ -35,12 +34,6 @@ HEADS = {
 }
 PROMPT = [1, 2, 3, 4, 5, 6]
 L = 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture(scope="module")

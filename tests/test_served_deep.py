@@ -10,7 +10,6 @@ import json
 import pytest
 import torch
 
-from fast.testing import one_thread
 from properties import oracle
 from properties.engines import openvino
 from properties.export import heads as head_export
@@ -21,12 +20,6 @@ from properties.serve.run import serve_target
 from reference.model import random_model
 
 DEEP = openvino.METHODS["eagle3-deep"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
 
 
 @pytest.fixture
