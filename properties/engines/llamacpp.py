@@ -161,7 +161,12 @@ MTP_HIDDEN = HiddenStates((1,), "output", normed=True)
 MTP_CONVENTION = (("order", "embedding-first"), ("recycle", "normed"), ("lead", True))
 # the trained pair's MTP layer (make models-heads, reference/train_mtp.py), trained in this
 # convention on the 6-layer target's normed last state; served as that target in GLM-4.5
-# (glm_mtp.LAYOUTS "target-glm4moe-mtp-trained": its 6 dense layers, the layer as layer 6)
+# (glm_mtp.LAYOUTS "target-glm4moe-mtp-trained": its 6 dense layers, the layer as layer 6).
+# Measured 2026-12-07 20:11 and 20:22 (runs/llamacpp-mtp-trained-trained-20261207-201128,
+# -202217): greedy == target and the engine's counts equal this convention's replay in 4 of 4
+# requests, 263 drafted / 118 accepted (vLLM's reading of the same weights: 2 of 4 differ);
+# each judged request on a fresh slot, so the stale lead state (tests/findings/
+# llamacpp_mtp_lead_state/) does not reach them
 MTP_TRAINED_HIDDEN = HiddenStates((5,), "output", normed=True)
 # The hidden states llama.cpp feeds a DFlash drafter (draft-dflash): the outputs of the target
 # layers dflash_config.target_layer_ids names (the converter writes id + 1 as the layer whose
