@@ -1,7 +1,6 @@
 """Set-up shared by the tests in this folder."""
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -9,14 +8,12 @@ from fast.testing import one_thread
 
 # Many tests start Python afresh: the kit run as a user runs it (tests/test_kit_selftest.py and
 # its kin), the launcher, fake servers, the findings' scripts. Where PYTHONDONTWRITEBYTECODE is
-# set (as on this project's machines), each of them compiled the project again (about 700
-# compilations) and pytest rewrote its asserts again: 1.9 s of the 5.2 s a kit subprocess took
-# to collect properties/ (3.3 s with byte code kept; 2026-12-07). Their byte code is kept in one
-# cache outside the source tree instead, so the tree stays free of __pycache__ as that setting
-# meant.
-if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
-    os.environ.setdefault("PYTHONPYCACHEPREFIX",
-                          str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "pycache"))
+# set (as on this project's machines), none of them left byte code for the next, so each compiled
+# the project again (about 700 compilations) and pytest rewrote its asserts again: a kit
+# subprocess took 5.2 s to collect properties/, 3.3 s with the byte code kept (2026-12-07). Their
+# byte code goes where Python keeps it by default (__pycache__, ignored by git); an installed
+# package's own byte code, written at install, is read either way.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(autouse=True, scope="module")
