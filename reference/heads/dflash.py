@@ -108,9 +108,11 @@ class DFlashLayer(nn.Module):
         y = proj(x).view(B, T, count, self.config.head_dim)
         return (y if norm is None else norm(y)).transpose(1, 2)
 
-    def forward(self, x, context, block_positions, context_positions):
+    def forward(self, x, context, block_positions, context_positions, mask=None):
         """x [B, T, H] the block's residual stream, context [B, n, H] the fused features c_j;
-        positions [B, T] and [B, n]. -> the block's stream after this layer [B, T, H]."""
+        positions [B, T] and [B, n]. -> the block's stream after this layer [B, T, H].
+        mask: None (a round: every query sees every key), or [T, n + T] bool, what each query
+        may see, for training many blocks of one window in one pass (reference/train_dflash.py)."""
         c, a = self.config, self.self_attn
         h = self.input_layernorm(x)
         q = rotate(self.heads(h, a.q_proj, a.q_norm, c.num_attention_heads), block_positions,
@@ -125,8 +127,11 @@ class DFlashLayer(nn.Module):
             k, v = torch.cat([k_ctx, k], dim=2), torch.cat([v_ctx, v], dim=2)  # context first
         groups = c.num_attention_heads // c.num_key_value_heads
         k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-        # every query sees every key: no mask at all
-        weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(c.head_dim), dim=-1)
+        # a round: every query sees every key, no mask at all
+        scores = q @ k.transpose(-1, -2) / math.sqrt(c.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         y = (weights @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)   # [B, T, nh*D]
         x = x + a.o_proj(y)
         return x + self.mlp(self.post_attention_layernorm(x))
