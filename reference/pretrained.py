@@ -72,6 +72,15 @@ class TrainedPair:
             raise FileNotFoundError(f"no MTP layer at {str(path)!r}: run `make models-heads`")
         return load_head(path, self.target)
 
+    def dflash(self):
+        """The DFlash block drafter trained on this target (make models-heads), in the target's
+        dtype."""
+        from reference.heads.checkpoint import load_head
+        path = self.path / "dflash"
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"no DFlash drafter at {str(path)!r}: run `make models-heads`")
+        return load_head(path, self.target)
+
     def prompts(self) -> list[list[int]]:
         """Held-out prompts (token ids), in the order the manifest's figures used them."""
         return [p["ids"] for p in self.held["prompts"]]

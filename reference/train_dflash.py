@@ -124,11 +124,11 @@ def dflash_losses(head: DFlashHead, target, ids, anchors=None) -> list:
     return losses
 
 
-def init_head(target, recipe: DFlashRecipe) -> DFlashHead:
-    """A DFlash drafter for `target`: its final norm and own lm_head starting as the target's
-    (its output imitates a late hidden state, as the EAGLE-3 head's), the rest small and
-    seeded."""
-    head = DFlashHead(target, HIDDEN, block_size=recipe.block_size,
+def init_head(target, recipe: DFlashRecipe, hidden: HiddenStates = HIDDEN) -> DFlashHead:
+    """A DFlash drafter for `target` reading `hidden`: its final norm and own lm_head starting
+    as the target's (its output imitates a late hidden state, as the EAGLE-3 head's), the rest
+    small and seeded."""
+    head = DFlashHead(target, hidden, block_size=recipe.block_size,
                       num_layers=recipe.num_layers, own_lm_head=True).float()
     generator = torch.Generator().manual_seed(recipe.seed)
     with torch.no_grad():
@@ -144,10 +144,11 @@ def init_head(target, recipe: DFlashRecipe) -> DFlashHead:
     return head
 
 
-def train_dflash(target, train_ids, recipe: DFlashRecipe, log=print) -> tuple:
+def train_dflash(target, train_ids, recipe: DFlashRecipe, log=print,
+                 hidden: HiddenStates = HIDDEN) -> tuple:
     torch.manual_seed(recipe.seed)
     target.requires_grad_(False)      # frozen: no gradient reaches the borrowed embedding
-    head = init_head(target, recipe)
+    head = init_head(target, recipe, hidden)
     params = list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
     generator = torch.Generator().manual_seed(recipe.seed + 1)

@@ -178,6 +178,10 @@ MTP_TRAINED_HIDDEN = HiddenStates((5,), "output", normed=True)
 # Measured 2026-12-07 (runs/llamacpp-dflash-20261207-170012, -170258): the engine's counts over
 # the launcher's 4 greedy requests equal the kit's float64 replay, 274 drafted / 50 accepted.
 DFLASH_HIDDEN = HiddenStates((0,), "output")
+# the trained pair's DFlash drafter (make models-heads, reference/train_dflash.py): the outputs
+# of its 6-layer target's layers 0, 2, 4 (the converter writes 1, 3, 5, layer inputs the Qwen3
+# graph records; never 5, the last: tests/findings/llamacpp_dflash_last_layer/), its own lm_head
+DFLASH_TRAINED_HIDDEN = HiddenStates((0, 2, 4), "output")
 
 METHODS = {m.name: m for m in (
     Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
@@ -230,6 +234,10 @@ METHODS = {m.name: m for m in (
                           "the target's GGUF",
            HeadDraft("mtp", "target-glm4moe-mtp-trained", MTP_TRAINED_HIDDEN, trained_only=True,
                      options=MTP_CONVENTION), K, pairs=("trained",)),
+    Method("dflash-trained", "DFlash block drafter (draft-dflash): the trained pair's drafter "
+                             "(--models trained), reading the outputs of target layers 0, 2, 4",
+           HeadDraft("dflash", "head-dflash-trained", DFLASH_TRAINED_HIDDEN, trained_only=True),
+           K, pairs=("trained",)),
     Method("eagle3-trained-large", "EAGLE-3: the weight-bound pair's trained head in a Llama "
                                    "layer (--models trained-large)",
            HeadDraft("eagle3", "head-eagle3-llama-trained-large", EAGLE3_TRAINED_LARGE_HIDDEN,

@@ -45,6 +45,10 @@ MEDUSA_TRAINED_HIDDEN = last_layer(6, normed=True)
 # (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:108-111); reference/heads/dflash.py has the
 # whole convention. Layer 0, as llama.cpp's dflash method reads: one export for both engines.
 DFLASH_HIDDEN = HiddenStates((0,), "output")
+# the trained pair's DFlash drafter (make models-heads, reference/train_dflash.py): the outputs
+# of its 6-layer target's layers 0, 2, 4 (vLLM's aux ids 1, 3, 5), its own lm_head; the same
+# export llama.cpp's dflash-trained loads
+DFLASH_TRAINED_HIDDEN = HiddenStates((0, 2, 4), "output")
 # MTP (method "mtp"): the served target with one MTP layer, as GLM-4.5 in vLLM's layout
 # (properties/export/glm_mtp.py LAYOUTS: vLLM's Glm4MoeForCausalLM refuses an all-dense trunk,
 # "RuntimeError: No Glm4MoE layer found in model.layers.", so the last trunk layer's MLP is two
@@ -177,6 +181,10 @@ METHODS = {m.name: m for m in (
            HeadDraft("mtp", "target-glm4moe-mtp-trained-vllm", MTP_TRAINED_HIDDEN,
                      trained_only=True, options=MTP_CONVENTION), K, proposals="greedy",
            pairs=("trained",)),
+    Method("dflash-trained", "DFlash block drafter: the trained pair's drafter (--models "
+                             "trained), reading the outputs of target layers 0, 2, 4",
+           HeadDraft("dflash", "head-dflash-trained", DFLASH_TRAINED_HIDDEN, trained_only=True),
+           K, proposals="greedy", pairs=("trained",)),
     # suffix decoding (vllm/config/speculative.py _validate_suffix_decoding): proposals from a
     # suffix tree of the prompt and one of past responses shared by up to 10,000 requests
     # (suffix_decoding_max_cached_requests), speculating where a continuation's frequency

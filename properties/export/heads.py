@@ -7,8 +7,8 @@ engine loads exactly the numbers the kit computes proposals from:
   target, a head of the drafter's kind and hidden-state convention with seeded random weights;
   EAGLE-3's embedding is the target's (vLLM shares the target's embedding when the head's
   equals it, so either way the numbers are the target's);
-- `trained_head(drafter, models)`: the EAGLE-3 head, the Medusa heads or the MTP layer trained
-  on a trained pair's target (make models-heads), for `--models trained`.
+- `trained_head(drafter, models)`: the EAGLE-3 head, the Medusa heads, the MTP layer or the
+  DFlash drafter trained on a trained pair's target (make models-heads), for `--models trained`.
 
 vLLM 0.32.0's formats, from its source (site-packages/vllm/):
 - EAGLE-3 (model_executor/models/qwen3_eagle3.py, Eagle3Qwen3ForCausalLM): a Qwen3 config of
@@ -46,15 +46,18 @@ from reference.heads.medusa import MedusaHeads
 
 
 def trained_head(drafter, models: str = "trained"):
-    """The trained pair's head of the drafter's kind (EAGLE-3, Medusa, MTP) in float64; the MTP
-    layer read in the drafter's convention (its options)."""
+    """The trained pair's head of the drafter's kind (EAGLE-3, Medusa, MTP, DFlash) in float64;
+    the MTP layer read in the drafter's convention (its options)."""
     from properties.export.trained import pair_of
-    if drafter.kind not in ("eagle3", "medusa", "mtp"):
-        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3, medusa and mtp are "
-                         f"trained (make models-heads)")
+    if drafter.kind not in ("eagle3", "medusa", "mtp", "dflash"):
+        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3, medusa, mtp and "
+                         f"dflash are trained (make models-heads)")
     pair = pair_of(models, torch.float64)
     if drafter.kind == "medusa":
         return pair.medusa().to(torch.float64)
+    if drafter.kind == "dflash":
+        # one export for both engines (properties/export/dflash.py), its own lm_head shipped
+        return pair.dflash().to(torch.float64)
     if drafter.kind == "mtp":
         return in_convention(pair.mtp().to(torch.float64), dict(drafter.options))
     head = pair.eagle3().to(torch.float64)
