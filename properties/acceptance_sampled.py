@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import stats
 
 from properties import oracle
 from reference.sampling import SamplingParams, greedy_token
@@ -247,6 +246,7 @@ def z_power(shift: float, sd: float, alpha: float) -> float:
     """The power of a two-sided level-alpha z-test against a mean shift `shift` of a total
     whose standard deviation is `sd` (normal approximation): Phi(|shift| / sd - z_{1-alpha/2})
     (the far tail's other side is negligible)."""
+    from scipy import stats   # at first use, as in properties/statistics.py
     if sd <= 0:
         return 1.0 if shift else 0.0
     return float(stats.norm.cdf(abs(shift) / sd - stats.norm.isf(alpha / 2)))
@@ -259,5 +259,6 @@ def samples_needed(var: float, shift: float, alpha: float, power: float) -> int:
         raise ValueError(f"shift must be > 0, got {shift!r}")
     if var <= 0:
         return 1
+    from scipy import stats
     z = stats.norm.isf(alpha / 2) + stats.norm.ppf(power)
     return max(1, math.ceil(z * z * var / (shift * shift)))

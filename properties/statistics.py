@@ -41,7 +41,8 @@ from functools import lru_cache
 from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy import optimize, special, stats
+# scipy (0.9 s to import, 2026-12-07) is imported by the functions that use it: a kit run whose
+# families make no statistical check (greedy, cache, bounds) never pays for it
 
 from properties import progress
 from properties import evidence   # the report's recorder: one flag test when it is off
@@ -81,6 +82,7 @@ def _record(kind: str, result) -> None:
 @lru_cache(maxsize=None)
 def critical_value(df: int, alpha: float = ALPHA) -> float:
     """The chi-square statistic above which a df-degree test at level alpha rejects."""
+    from scipy import stats
     _check_df(df)
     return float(stats.chi2.isf(alpha, df))
 
@@ -89,6 +91,7 @@ def critical_value(df: int, alpha: float = ALPHA) -> float:
 def required_noncentrality(df: int, alpha: float = ALPHA, power: float = POWER) -> float:
     """The noncentrality lambda at which a level-alpha test with df degrees rejects with
     probability `power` (noncentral chi-square approximation)."""
+    from scipy import optimize, stats
     _check_df(df)
     if not 0 < alpha < power < 1:
         raise ValueError(f"need 0 < alpha < power < 1, got alpha={alpha}, power={power}")
@@ -116,6 +119,7 @@ def detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = POWER) -
 
 def power_lower_bound(n: int, df: int, delta: float, alpha: float = ALPHA) -> float:
     """Approximate power against every alternative at total variation >= delta."""
+    from scipy import stats
     return float(stats.ncx2.sf(critical_value(df, alpha), df, 4 * n * delta * delta))
 
 
@@ -244,6 +248,7 @@ def _rejected_tails(pmf: np.ndarray, alpha: float) -> tuple[int, int]:
 def binomial_p_value(k: int, n: int, prob: float) -> float:
     """The exact two-sided binomial test of k successes in n trials against probability
     `prob`: the Binomial(n, prob) probability of every count no more probable than k."""
+    from scipy import stats
     if not 0 <= k <= n:
         raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
     if not 0 < prob < 1:
@@ -253,6 +258,7 @@ def binomial_p_value(k: int, n: int, prob: float) -> float:
 
 @lru_cache(maxsize=4096)
 def _binomial_region(n: int, prob: float, alpha: float) -> tuple[int, int]:
+    from scipy import stats
     return _rejected_tails(stats.binom.pmf(np.arange(n + 1), n, prob), alpha)
 
 
@@ -262,6 +268,7 @@ def binomial_power(n: int, prob: float, delta: float, alpha: float = ALPHA) -> f
     the total variation of a deviation on the two groups: the smaller of the two directions
     that exist (prob + delta <= 1, prob - delta >= 0). With the rejection tails (a, b),
     power(q) = P(Bin(n, q) <= a) + P(Bin(n, q) >= b)."""
+    from scipy import stats
     a, b = _binomial_region(n, prob, alpha)
     powers = [float(stats.binom.cdf(a, n, q) + stats.binom.sf(b - 1, n, q))
               for q in (prob + delta, prob - delta) if 0 <= q <= 1]
@@ -272,6 +279,7 @@ def fisher_p_value(x_a: int, n_a: int, x_b: int, n_b: int) -> float:
     """Fisher's exact test of the 2 x 2 table [[x_a, n_a - x_a], [x_b, n_b - x_b]] (two-sided):
     given the margins, x_a is hypergeometric (population n_a + n_b, x_a + x_b marked, n_a
     drawn), and the p-value is its probability of every value no more probable than x_a."""
+    from scipy import stats
     t = x_a + x_b
     lo, hi = max(0, t - n_b), min(t, n_a)
     pmf = stats.hypergeom.pmf(np.arange(lo, hi + 1), n_a + n_b, t, n_a)
@@ -291,6 +299,7 @@ def _fisher_region(n: int, t: int, alpha: float) -> tuple[int, int]:
 
 
 def _log_choose(m, k):
+    from scipy import special
     return special.gammaln(m + 1) - special.gammaln(k + 1) - special.gammaln(m - k + 1)
 
 
@@ -301,6 +310,7 @@ def fisher_power(n: int, r_a: float, r_b: float, alpha: float = ALPHA) -> float:
     (x_a ~ Bin(n, r_a), x_b ~ Bin(n, r_b), independent) of their probability where the test
     rejects, the conditional rejection tails taken per total t = x_a + x_b. Counts whose
     binomial probability is below 1e-15 are left out, which can only lower the value."""
+    from scipy import stats
     x = np.arange(n + 1)
     pa, pb = stats.binom.pmf(x, n, r_a), stats.binom.pmf(x, n, r_b)
     keep_a, keep_b = np.flatnonzero(pa > 1e-15), np.flatnonzero(pb > 1e-15)
@@ -511,6 +521,7 @@ def _gof_table(counts: Counter, exact: Mapping[Hashable, float], strata, min_exp
 def _gof_p(f_obs: np.ndarray, f_exp: np.ndarray, min_expected: float):
     """The test chi_square_gof runs on a pooled table, its statistic and p-value (impossible
     outcomes aside), and the expected counts rescaled to the observations it judges."""
+    from scipy import stats
     df = len(f_obs) - 1
     test = ("support" if df < 1 else
             "binomial" if exact_test_needed(f_exp, min_expected) else "chi-square")
@@ -638,6 +649,7 @@ def two_sample_plan(probs, delta: float, alpha: float = ALPHA, power: float = PO
     r < delta / 2, and the deviating sample's mean count n (r + delta) is in the dozens where
     the null's combined count is below 10, so the one-degree n is normally enough.
     """
+    from scipy import stats
     p = np.asarray(probs, dtype=np.float64)
     if not (p > 0).any():
         raise ValueError("probs has no positive entry")
@@ -681,6 +693,7 @@ def _two_sample_table(a: Mapping[Hashable, int], b: Mapping[Hashable, int],
 def _two_sample_p(table: np.ndarray, min_expected: float):
     """The test chi_square_two_sample runs on a pooled table, its statistic, p-value and the
     table's expected counts under homogeneity."""
+    from scipy import stats
     df = table.shape[1] - 1
     test = ("one-outcome" if df < 1 else
             "fisher" if exact_test_needed(table.sum(0), 2 * min_expected) else "chi-square")
@@ -774,6 +787,7 @@ def _heads(counts: Mapping[tuple, int]) -> Counter:
 
 def _p_sum(total: float, dof: int) -> float:
     """The chi-square p-value of statistics added up over strata (inf: an impossible outcome)."""
+    from scipy import stats
     if math.isinf(total):
         return 0.0
     return 1.0 if dof < 1 else float(stats.chi2.sf(total, dof))
