@@ -39,11 +39,9 @@ not touched.
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -52,8 +50,8 @@ import torch.nn.functional as F
 from reference.heads.checkpoint import load_head, save_head
 from reference.heads.dflash import DFlashHead
 from reference.hidden import HiddenStates
-from reference.train_heads import (corpus_ids, lr_at, measure_drafts, window_forward,
-                                   write_heads_entry)
+from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
+                               small_init, window_forward, write_heads_entry)
 
 # the outputs of target layers 0, 2, 4 of the 6-layer target: never the last (the docstring)
 HIDDEN = HiddenStates((0, 2, 4), "output")
@@ -130,15 +128,8 @@ def init_head(target, recipe: DFlashRecipe, hidden: HiddenStates = HIDDEN) -> DF
     small and seeded."""
     head = DFlashHead(target, hidden, block_size=recipe.block_size,
                       num_layers=recipe.num_layers, own_lm_head=True).float()
-    generator = torch.Generator().manual_seed(recipe.seed)
+    small_init(head, recipe.seed)     # its own weights: the target is held, not registered
     with torch.no_grad():
-        for name, p in head.named_parameters():     # its own: the target is held, not registered
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02 / math.sqrt(2))
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
         head.lm_head.weight.copy_(target.lm_head.weight)
         head.norm.weight.copy_(target.model.norm.weight)
     return head
@@ -149,41 +140,9 @@ def train_dflash(target, train_ids, recipe: DFlashRecipe, log=print,
     torch.manual_seed(recipe.seed)
     target.requires_grad_(False)      # frozen: no gradient reaches the borrowed embedding
     head = init_head(target, recipe, hidden)
-    params = list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(recipe.seed + 1)
     weights = [recipe.mask_weight ** i for i in range(recipe.block_size - 1)]
-    history = []
-    head.train()
-    for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(recipe, step)
-        starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
-                               generator=generator)
-        ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
-        losses = dflash_losses(head, target, ids)
-        loss = sum(w * l for w, l in zip(weights, losses))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        history.append([round(float(l.detach()), 4) for l in losses])
-        if log and (step % 50 == 0 or step == recipe.steps - 1):
-            log(f"  step {step:4d}/{recipe.steps}  KL by mask "
-                + " ".join(f"{l:.3f}" for l in history[-1]))
-    return head.eval().requires_grad_(False), history
-
-
-@torch.no_grad()
-def held_out_kl(head, target, held_ids, recipe: DFlashRecipe) -> list[float]:
-    """Mean KL(p_target || q) per mask over the first eval_windows disjoint held-out windows."""
-    n = min(recipe.eval_windows, (len(held_ids) - 1) // (recipe.seq_len + 1))
-    totals = [0.0] * (head.block_size - 1)
-    for chunk in torch.arange(n).split(8):
-        ids = held_ids[chunk[:, None] * (recipe.seq_len + 1) + torch.arange(recipe.seq_len + 1)]
-        for i, loss in enumerate(dflash_losses(head, target, ids)):
-            totals[i] += float(loss) * len(chunk)
-    return [round(x / n, 4) for x in totals]
+    return distill(head, list(head.parameters()), lambda ids: dflash_losses(head, target, ids),
+                   train_ids, recipe, weights, log, label="mask")
 
 
 def build(models: Path, recipe: DFlashRecipe, log=print, prompts: int = 8) -> dict:
@@ -195,12 +154,15 @@ def build(models: Path, recipe: DFlashRecipe, log=print, prompts: int = 8) -> di
     pair = load_dir(models)
     target = pair.target
     train_ids, held_ids = corpus_ids(pair, log)
-    untrained = held_out_kl(init_head(target, recipe), target, held_ids, recipe)
+    start = init_head(target, recipe)
+    untrained = held_out_kl(lambda ids: dflash_losses(start, target, ids), held_ids, recipe,
+                            recipe.block_size - 1, chunk=8)
     log(f"held-out KL(target || drafter) by mask, untrained: {untrained}")
     t0 = time.time()
     head, history = train_dflash(target, train_ids, recipe, log)
     train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(head, target, held_ids, recipe)
+    kl = held_out_kl(lambda ids: dflash_losses(head, target, ids), held_ids, recipe,
+                     recipe.block_size - 1, chunk=8)
     log(f"held-out KL(target || drafter) by mask: {kl}")
 
     out = models / "dflash"
@@ -211,43 +173,16 @@ def build(models: Path, recipe: DFlashRecipe, log=print, prompts: int = 8) -> di
             drafts[name] = getattr(pair, name)()
     measured = measure_drafts(pair, drafts, prompts, log)
 
-    entry = {
-        "what": "a DFlash block drafter distilled from the target's layer outputs "
-                "(python -m reference.train_dflash)",
-        "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
-        "recipe": asdict(recipe), "seed": recipe.seed, "steps": recipe.steps,
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "parameters": sum(p.numel() for p in head.parameters()),
-        "final_train_kl": [round(sum(h[i] for h in history[-20:]) / len(history[-20:]), 4)
-                           for i in range(recipe.block_size - 1)],
-        "held_out_kl": kl,
-        "held_out_kl_untrained": untrained,
-        "acceptance": measured,
-        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
-        "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
-                     "margins, not bits)",
-    }
-    write_heads_entry(models, "dflash", entry)
+    record = entry("a DFlash block drafter distilled from the target's layer outputs "
+                   "(python -m reference.train_dflash)", head, recipe, history, kl, measured,
+                   train_s, started, untrained=untrained)
+    write_heads_entry(models, "dflash", record)
     log(f"wrote {out} in {time.time() - started:.0f} s")
-    return entry
+    return record
 
 
 def main(argv=None):
-    from reference.train import check_steps_and_threads
-
-    parser = argparse.ArgumentParser(prog="python -m reference.train_dflash")
-    parser.add_argument("--models", type=Path, default=Path(__file__).parent / "trained",
-                        help="the trained pair's folder (its target is frozen)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default: the recipe's)")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    check_steps_and_threads(parser, args)
-    recipe = DFlashRecipe(seed=args.seed)
-    if args.steps is not None:
-        recipe = recipe.quick(args.steps)
-    build(args.models, recipe, log=lambda s: print(s, flush=True))
+    cli("python -m reference.train_dflash", DFlashRecipe(), build, argv)
 
 
 if __name__ == "__main__":

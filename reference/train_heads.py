@@ -22,18 +22,16 @@ prompts) with the new files' hashes. The target and the small draft are not touc
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from reference import corpus
+from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
+                               small_init, window_forward, write_heads_entry)
 from reference.heads.checkpoint import load_head, save_head
 from reference.heads.eagle3 import Eagle3Head
 
@@ -68,28 +66,6 @@ class PassCache:
         self.keys.append(k)
         self.values.append(v)
         return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
-
-
-class _Window:
-    """Stands in for a KVCache in the target's forward over a whole window."""
-
-    length = 0
-
-    def check_room(self, new_tokens):
-        pass
-
-    def write(self, layer, k, v):
-        return k, v
-
-    def advance(self, new_tokens):
-        pass
-
-
-@torch.no_grad()
-def window_forward(target, ids, hidden):
-    """The frozen target over whole windows ids [B, T + 1], no cache: (logits, the hidden
-    states `hidden` names). Every head's distillation reads its teacher this way."""
-    return target.forward_hidden(ids, _Window(), hidden)
 
 
 def pass_mask(T: int, t: int) -> torch.Tensor:
@@ -142,111 +118,20 @@ def init_head(target, seed: int) -> Eagle3Head:
     and lm_head starting as the target's (the head's output imitates a late hidden state),
     the rest small and seeded."""
     head = Eagle3Head.from_target(target).float()
-    generator = torch.Generator().manual_seed(seed)
+    small_init(head, seed, keep=("embed_tokens.weight",))
     with torch.no_grad():
-        for name, p in head.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02 / math.sqrt(2))
-            elif name != "embed_tokens.weight":
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
         head.lm_head.weight.copy_(target.lm_head.weight)
         head.norm.weight.copy_(target.model.norm.weight)
     head.embed_tokens.weight.requires_grad_(False)
     return head
 
 
-def lr_at(recipe, step: int) -> float:
-    """Linear warm-up over recipe.warmup steps, then a cosine down to a tenth of recipe.lr."""
-    if step < recipe.warmup:
-        return recipe.lr * (step + 1) / recipe.warmup
-    progress = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-    return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def train_head(target, train_ids, recipe: HeadRecipe, log=print) -> tuple[Eagle3Head, list]:
     head = init_head(target, recipe.seed)
     params = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(recipe.seed + 1)
     weights = [recipe.pass_weight ** t for t in range(recipe.passes)]
-    history = []
-    head.train()
-    for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(recipe, step)
-        starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
-                               generator=generator)
-        ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
-        losses = head_losses(head, target, ids, recipe)
-        loss = sum(w * l for w, l in zip(weights, losses))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        history.append([round(float(l.detach()), 4) for l in losses])
-        if log and (step % 50 == 0 or step == recipe.steps - 1):
-            log(f"  step {step:4d}/{recipe.steps}  KL by pass "
-                + " ".join(f"{l:.3f}" for l in history[-1]))
-    return head.eval().requires_grad_(False), history
-
-
-@torch.no_grad()
-def held_out_kl(head, target, held_ids, recipe: HeadRecipe) -> list[float]:
-    """Mean KL(p_target || q_head) per pass over the first eval_windows disjoint held-out
-    windows."""
-    n = min(recipe.eval_windows, (len(held_ids) - 1) // (recipe.seq_len + 1))
-    totals = [0.0] * recipe.passes
-    for chunk in torch.arange(n).split(16):
-        ids = held_ids[chunk[:, None] * (recipe.seq_len + 1) + torch.arange(recipe.seq_len + 1)]
-        for t, loss in enumerate(head_losses(head, target, ids, recipe)):
-            totals[t] += float(loss) * len(chunk)
-    return [round(x / n, 4) for x in totals]
-
-
-def corpus_ids(pair, log=print) -> tuple:
-    """The training and held-out token ids of the corpus the pair's target was trained on (the
-    same split and tokenizer): the windows every head of this target is distilled on."""
-    started = time.time()
-    files = corpus.corpus_files()
-    train_files, held_files = corpus.split(files)
-    # a grown pair's manifest (make models-large) names its base's instead of its own data
-    data = pair.manifest.get("data") or {}
-    if "sha256" in data and corpus.digest(files) != data["sha256"]:
-        log("warning: this Python's standard library differs from the text the target was "
-            "trained on (manifest data.sha256); the head is distilled on this one")
-    tokenizer = pair.tokenizer
-    train_ids = torch.tensor(corpus.encode_files(tokenizer, [corpus.read(f) for f in train_files]))
-    held_ids = torch.tensor(corpus.encode_files(tokenizer, [corpus.read(f) for f in held_files]))
-    log(f"corpus: {len(train_ids)} training tokens, {len(held_ids)} held out "
-        f"({time.time() - started:.0f} s)")
-    return train_ids, held_ids
-
-
-def measure_drafts(pair, drafts: dict, prompts: int = 8, log=print) -> dict:
-    """Acceptance of each draft (name -> a draft model or head of pair.target) at T = 0 and 1
-    on the first `prompts` held-out prompts, 64 tokens, k = 4: the heads' manifest figures."""
-    from reference import acceptance
-    held = [p["ids"] for p in pair.held["prompts"][:prompts]]
-    measured = {}
-    for name, draft in drafts.items():
-        measured[name] = {f"T={t:g}": acceptance.measure(pair.target, draft, held, 64, 4, t)
-                          for t in (0.0, 1.0)}
-        log(f"acceptance {name}: " + ", ".join(
-            f"{k} {v['acceptance']} (exact {v['exact']}, {v['tokens_per_target_call']} tokens "
-            f"per target call)" for k, v in measured[name].items()))
-    return measured
-
-
-def write_heads_entry(models: Path, name: str, entry: dict):
-    """Set manifest["heads"][name] and rehash the directory's files, reading the manifest just
-    before writing it: other heads' entries, written by other runs, are kept as they are."""
-    from reference.train import write_manifest
-    manifest = json.loads((models / "manifest.json").read_text())
-    manifest.setdefault("heads", {})[name] = entry
-    manifest["files"] = {}
-    write_manifest(models, manifest)
+    return distill(head, params, lambda ids: head_losses(head, target, ids, recipe), train_ids,
+                   recipe, weights, log)
 
 
 def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
@@ -262,7 +147,8 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     t0 = time.time()
     head, history = train_head(target, train_ids, recipe, log)
     train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(head, target, held_ids, recipe)
+    kl = held_out_kl(lambda ids: head_losses(head, target, ids, recipe), held_ids, recipe,
+                     recipe.passes)
     log(f"held-out KL(target || head) by pass: {kl}")
 
     out = models / "eagle3"
@@ -270,42 +156,16 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     saved = load_head(out, target)          # measured as saved (float16 -> the target's dtype)
     measured = measure_drafts(pair, {"eagle3": saved, "small": pair.small}, prompts, log)
 
-    entry = {
-        "what": "an EAGLE-3 head distilled from the target's hidden states "
-                "(python -m reference.train_heads)",
-        "hidden": asdict(head.hidden) | {"layers": list(head.hidden.layers)},
-        "recipe": asdict(recipe), "seed": recipe.seed, "steps": recipe.steps,
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "parameters": sum(p.numel() for p in head.parameters()),
-        "final_train_kl": [round(sum(h[t] for h in history[-20:]) / len(history[-20:]), 4)
-                           for t in range(recipe.passes)],
-        "held_out_kl": kl,
-        "acceptance": measured,
-        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
-        "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
-                     "margins, not bits)",
-    }
-    write_heads_entry(models, "eagle3", entry)
+    record = entry("an EAGLE-3 head distilled from the target's hidden states "
+                   "(python -m reference.train_heads)", head, recipe, history, kl, measured,
+                   train_s, started)
+    write_heads_entry(models, "eagle3", record)
     log(f"wrote {out} in {time.time() - started:.0f} s")
-    return entry
+    return record
 
 
 def main(argv=None):
-    from reference.train import check_steps_and_threads
-
-    parser = argparse.ArgumentParser(prog="python -m reference.train_heads")
-    parser.add_argument("--models", type=Path, default=Path(__file__).parent / "trained",
-                        help="the trained pair's folder (its target is frozen)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default: the recipe's)")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    check_steps_and_threads(parser, args)
-    recipe = HeadRecipe(seed=args.seed)
-    if args.steps is not None:
-        recipe = recipe.quick(args.steps)
-    build(args.models, recipe, log=lambda s: print(s, flush=True))
+    cli("python -m reference.train_heads", HeadRecipe(), build, argv)
 
 
 if __name__ == "__main__":

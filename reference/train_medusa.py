@@ -23,10 +23,9 @@ not touched.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,8 +33,8 @@ import torch.nn.functional as F
 
 from reference.heads.checkpoint import load_head, save_head
 from reference.heads.medusa import MedusaHeads
-from reference.train_heads import (corpus_ids, lr_at, measure_drafts, window_forward,
-                                   write_heads_entry)
+from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
+                               window_forward, write_heads_entry)
 
 
 @dataclass(frozen=True)
@@ -88,42 +87,9 @@ def init_heads(target, recipe: MedusaRecipe) -> MedusaHeads:
 def train_medusa(target, train_ids, recipe: MedusaRecipe, log=print) -> tuple:
     torch.manual_seed(recipe.seed)
     heads = init_heads(target, recipe)
-    params = list(heads.parameters())
-    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(recipe.seed + 1)
-    history = []
-    heads.train()
-    for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(recipe, step)
-        starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
-                               generator=generator)
-        ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
-        losses = medusa_losses(heads, target, ids)
-        # the heads share nothing: the sum trains each on its own loss
-        loss = sum(losses)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        history.append([round(float(l.detach()), 4) for l in losses])
-        if log and (step % 50 == 0 or step == recipe.steps - 1):
-            log(f"  step {step:4d}/{recipe.steps}  KL by head "
-                + " ".join(f"{l:.3f}" for l in history[-1]))
-    return heads.eval().requires_grad_(False), history
-
-
-@torch.no_grad()
-def held_out_kl(heads, target, held_ids, recipe: MedusaRecipe) -> list[float]:
-    """Mean KL(p_target || q_head) per head over the first eval_windows disjoint held-out
-    windows."""
-    n = min(recipe.eval_windows, (len(held_ids) - 1) // (recipe.seq_len + 1))
-    totals = [0.0] * heads.num_heads
-    for chunk in torch.arange(n).split(16):
-        ids = held_ids[chunk[:, None] * (recipe.seq_len + 1) + torch.arange(recipe.seq_len + 1)]
-        for i, loss in enumerate(medusa_losses(heads, target, ids)):
-            totals[i] += float(loss) * len(chunk)
-    return [round(x / n, 4) for x in totals]
+    # the heads share nothing: the plain sum trains each on its own loss
+    return distill(heads, list(heads.parameters()), lambda ids: medusa_losses(heads, target, ids),
+                   train_ids, recipe, [1.0] * recipe.heads, log, label="head")
 
 
 def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> dict:
@@ -135,12 +101,15 @@ def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> di
     pair = load_dir(models)
     target = pair.target
     train_ids, held_ids = corpus_ids(pair, log)
-    untrained = held_out_kl(init_heads(target, recipe), target, held_ids, recipe)
+    start = init_heads(target, recipe)
+    untrained = held_out_kl(lambda ids: medusa_losses(start, target, ids), held_ids, recipe,
+                            recipe.heads)
     log(f"held-out KL(target || head) by head, untrained: {untrained}")
     t0 = time.time()
     heads, history = train_medusa(target, train_ids, recipe, log)
     train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(heads, target, held_ids, recipe)
+    kl = held_out_kl(lambda ids: medusa_losses(heads, target, ids), held_ids, recipe,
+                     recipe.heads)
     log(f"held-out KL(target || head) by head: {kl}")
 
     out = models / "medusa"
@@ -150,43 +119,16 @@ def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> di
         drafts["eagle3"] = pair.eagle3()
     measured = measure_drafts(pair, drafts, prompts, log)
 
-    entry = {
-        "what": "Medusa heads distilled from the target's normed last hidden state "
-                "(python -m reference.train_medusa)",
-        "hidden": asdict(heads.hidden) | {"layers": list(heads.hidden.layers)},
-        "recipe": asdict(recipe), "seed": recipe.seed, "steps": recipe.steps,
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "parameters": sum(p.numel() for p in heads.parameters()),
-        "final_train_kl": [round(sum(h[i] for h in history[-20:]) / len(history[-20:]), 4)
-                           for i in range(recipe.heads)],
-        "held_out_kl": kl,
-        "held_out_kl_untrained": untrained,
-        "acceptance": measured,
-        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
-        "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
-                     "margins, not bits)",
-    }
-    write_heads_entry(models, "medusa", entry)
+    record = entry("Medusa heads distilled from the target's normed last hidden state "
+                   "(python -m reference.train_medusa)", heads, recipe, history, kl, measured,
+                   train_s, started, untrained=untrained)
+    write_heads_entry(models, "medusa", record)
     log(f"wrote {out} in {time.time() - started:.0f} s")
-    return entry
+    return record
 
 
 def main(argv=None):
-    from reference.train import check_steps_and_threads
-
-    parser = argparse.ArgumentParser(prog="python -m reference.train_medusa")
-    parser.add_argument("--models", type=Path, default=Path(__file__).parent / "trained",
-                        help="the trained pair's folder (its target is frozen)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default: the recipe's)")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    check_steps_and_threads(parser, args)
-    recipe = MedusaRecipe(seed=args.seed)
-    if args.steps is not None:
-        recipe = recipe.quick(args.steps)
-    build(args.models, recipe, log=lambda s: print(s, flush=True))
+    cli("python -m reference.train_medusa", MedusaRecipe(), build, argv)
 
 
 if __name__ == "__main__":

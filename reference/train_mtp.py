@@ -32,11 +32,8 @@ touched.
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -46,8 +43,9 @@ from reference.heads.base import lead_pairs
 from reference.heads.checkpoint import load_head, save_head
 from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
-from reference.train_heads import (HeadRecipe, PassCache, corpus_ids, lr_at, measure_drafts,
-                                   pass_mask, window_forward, write_heads_entry)
+from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
+                               small_init, window_forward, write_heads_entry)
+from reference.train_heads import HeadRecipe, PassCache, pass_mask
 
 # the EAGLE-3 head's recipe (600 steps) with four passes, k = 4: about 1 s a step on one thread
 RECIPE = HeadRecipe(passes=4)
@@ -107,57 +105,17 @@ def init_layer(target, seed: int) -> MTPLayer:
     shared and frozen)."""
     layer = MTPLayer(target, last_layer(target.config.num_hidden_layers, normed=True),
                      **CONVENTION).float()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in layer.named_parameters():
-            if name.endswith("norm.weight"):
-                p.fill_(1.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02 / math.sqrt(2))
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+    small_init(layer, seed)
     return layer
 
 
 def train_layer(target, train_ids, recipe: HeadRecipe, log=print) -> tuple:
     target.requires_grad_(False)      # the layer reads its embedding, norm and lm_head
     layer = init_layer(target, recipe.seed)
-    params = list(layer.parameters())
-    optimizer = torch.optim.AdamW(params, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(recipe.seed + 1)
     weights = [recipe.pass_weight ** t for t in range(recipe.passes)]
-    history = []
-    layer.train()
-    for step in range(recipe.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(recipe, step)
-        starts = torch.randint(0, len(train_ids) - recipe.seq_len - 2, (recipe.batch,),
-                               generator=generator)
-        ids = train_ids[starts[:, None] + torch.arange(recipe.seq_len + 1)]
-        losses = mtp_losses(layer, target, ids, recipe)
-        loss = sum(w * l for w, l in zip(weights, losses))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        history.append([round(float(l.detach()), 4) for l in losses])
-        if log and (step % 50 == 0 or step == recipe.steps - 1):
-            log(f"  step {step:4d}/{recipe.steps}  KL by pass "
-                + " ".join(f"{l:.3f}" for l in history[-1]))
-    return layer.eval().requires_grad_(False), history
-
-
-@torch.no_grad()
-def held_out_kl(layer, target, held_ids, recipe: HeadRecipe) -> list[float]:
-    """Mean KL(p_target || q_layer) per pass over the first eval_windows disjoint held-out
-    windows."""
-    n = min(recipe.eval_windows, (len(held_ids) - 1) // (recipe.seq_len + 1))
-    totals = [0.0] * recipe.passes
-    for chunk in torch.arange(n).split(16):
-        ids = held_ids[chunk[:, None] * (recipe.seq_len + 1) + torch.arange(recipe.seq_len + 1)]
-        for t, loss in enumerate(mtp_losses(layer, target, ids, recipe)):
-            totals[t] += float(loss) * len(chunk)
-    return [round(x / n, 4) for x in totals]
+    return distill(layer, list(layer.parameters()),
+                   lambda ids: mtp_losses(layer, target, ids, recipe), train_ids, recipe,
+                   weights, log)
 
 
 def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
@@ -173,7 +131,8 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     t0 = time.time()
     layer, history = train_layer(target, train_ids, recipe, log)
     train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(layer, target, held_ids, recipe)
+    kl = held_out_kl(lambda ids: mtp_losses(layer, target, ids, recipe), held_ids, recipe,
+                     recipe.passes)
     log(f"held-out KL(target || layer) by pass: {kl}")
 
     out = models / "mtp"
@@ -183,44 +142,17 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
         drafts["eagle3"] = pair.eagle3()
     measured = measure_drafts(pair, drafts, prompts, log)
 
-    entry = {
-        "what": "one MTP layer distilled from the target's normed last hidden state, in "
-                "llama.cpp's draft-mtp convention (python -m reference.train_mtp)",
-        "hidden": asdict(layer.hidden) | {"layers": list(layer.hidden.layers)},
-        "convention": CONVENTION | {"mask0": False},
-        "recipe": asdict(recipe), "seed": recipe.seed, "steps": recipe.steps,
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "parameters": sum(p.numel() for p in layer.parameters()),
-        "final_train_kl": [round(sum(h[t] for h in history[-20:]) / len(history[-20:]), 4)
-                           for t in range(recipe.passes)],
-        "held_out_kl": kl,
-        "acceptance": measured,
-        "timings": {"train_s": train_s, "total_s": round(time.time() - started, 1)},
-        "reproduce": "make models-heads (a retrain reproduces quality within the manifest's "
-                     "margins, not bits)",
-    }
-    write_heads_entry(models, "mtp", entry)
+    record = entry("one MTP layer distilled from the target's normed last hidden state, in "
+                   "llama.cpp's draft-mtp convention (python -m reference.train_mtp)", layer,
+                   recipe, history, kl, measured, train_s, started,
+                   convention=CONVENTION | {"mask0": False})
+    write_heads_entry(models, "mtp", record)
     log(f"wrote {out} in {time.time() - started:.0f} s")
-    return entry
+    return record
 
 
 def main(argv=None):
-    from reference.train import check_steps_and_threads
-
-    parser = argparse.ArgumentParser(prog="python -m reference.train_mtp")
-    parser.add_argument("--models", type=Path, default=Path(__file__).parent / "trained",
-                        help="the trained pair's folder (its target is frozen)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps (default: the recipe's)")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    check_steps_and_threads(parser, args)
-    from dataclasses import replace
-    recipe = replace(RECIPE, seed=args.seed)
-    if args.steps is not None:
-        recipe = recipe.quick(args.steps)
-    build(args.models, recipe, log=lambda s: print(s, flush=True))
+    cli("python -m reference.train_mtp", RECIPE, build, argv)
 
 
 if __name__ == "__main__":

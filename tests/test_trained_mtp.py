@@ -12,7 +12,8 @@ from reference.heads.checkpoint import load_head
 from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
 from reference.pretrained import TRAINED_DIR, check_manifest
-from reference.train_heads import HeadRecipe, window_forward
+from reference.distill import window_forward
+from reference.train_heads import HeadRecipe
 from reference.train_mtp import CONVENTION, init_layer, pass_logits, train_layer
 from tests.heads_by_hand import small_target
 
