@@ -6,8 +6,8 @@ after the EAGLE-3 head).
 The target is frozen. Over random windows of its training corpus, one target forward gives its
 normed last hidden state h_j and its next-token law at every position; the layer learns, at each
 pair (h_j, t_{j+1}), the target's law of t_{j+2}: KL(p_target || q_layer) at temperature 1, as
-the EAGLE-3 head does (reference/train_heads.py, whose corpus windows, learning-rate schedule,
-pass mask, acceptance measure and manifest writer this module uses).
+the EAGLE-3 head does (reference/train_heads.py, whose pass mask this module uses; the loop,
+windows, acceptance measure and manifest entry are reference/distill.py's, as every head's).
 
 The convention trained is llama.cpp's draft-mtp (reference/heads/mtp.py; MTP_CONVENTION in
 properties/engines/llamacpp.py): the normed last state, [enorm(e), hnorm(h)] embedding first, the
