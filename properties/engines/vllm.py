@@ -181,6 +181,11 @@ METHODS = {m.name: m for m in (
            HeadDraft("mtp", "target-glm4moe-mtp-trained-vllm", MTP_TRAINED_HIDDEN,
                      trained_only=True, options=MTP_CONVENTION), K, proposals="greedy",
            pairs=("trained",)),
+    # Measured 2026-12-07 20:34 (runs/vllm-dflash-trained-trained-20261207-203436): greedy ==
+    # target, but 2 of 4 requests' counts differ from the exact replay (104/23 against 100/23,
+    # 104/21 against 104/22): the CPU build norms every draft layer's context keys with layer
+    # 0's k_norm (tests/findings/vllm_dflash_cpu_context_k_norm/; the replay so modified gives
+    # the engine's counts in 4 of 4). NOT CONFORMANT
     Method("dflash-trained", "DFlash block drafter: the trained pair's drafter (--models "
                              "trained), reading the outputs of target layers 0, 2, 4",
            HeadDraft("dflash", "head-dflash-trained", DFLASH_TRAINED_HIDDEN, trained_only=True),
