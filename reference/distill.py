@@ -29,26 +29,12 @@ import torch
 from reference import corpus
 
 
-class _Window:
-    """Stands in for a KVCache in the target's forward over a whole window."""
-
-    length = 0
-
-    def check_room(self, new_tokens):
-        pass
-
-    def write(self, layer, k, v):
-        return k, v
-
-    def advance(self, new_tokens):
-        pass
-
-
 @torch.no_grad()
 def window_forward(target, ids, hidden):
     """The frozen target over whole windows ids [B, T + 1], no cache: (logits, the hidden
     states `hidden` names). Every head's distillation reads its teacher this way."""
-    return target.forward_hidden(ids, _Window(), hidden)
+    from reference.train import NoCache
+    return target.forward_hidden(ids, NoCache(), hidden)
 
 
 def lr_at(recipe, step: int) -> float:

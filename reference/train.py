@@ -69,7 +69,7 @@ class Recipe:
         return replace(self, target_steps=steps, small_steps=steps, warmup=min(self.warmup, steps))
 
 
-class _NoCache:
+class NoCache:
     """Stands in for a KVCache in training: a whole window at once, nothing kept."""
 
     length = 0
@@ -89,7 +89,7 @@ def logits_at(model: Qwen3, ids, depths):
     reference.model.EarlyExit does): {depth: [B, T, V]}; causal attention over the window."""
     from reference.model import prepare_inputs
 
-    cache = _NoCache()
+    cache = NoCache()
     positions, mask = prepare_inputs(ids, cache, None, None, model.config.vocab_size)
     x = model.model.embed_tokens(ids)
     out = {}

@@ -97,20 +97,26 @@ def pass_logits(head: Eagle3Head, features, ids, passes: int) -> list:
     return out
 
 
-def head_losses(head: Eagle3Head, target, ids, recipe: HeadRecipe) -> list:
-    """Per pass, KL(p_target || q_head) over a batch of windows ids [B, T + 1], averaged over
-    the positions every pass reaches (pass t needs i >= t - 1)."""
-    T = ids.shape[1] - 1
-    logits, features = window_forward(target, ids, head.hidden)
+def pass_kl(logits, passes_logits: list) -> list:
+    """Per pass of a training-time test, KL(p_target || q) over a batch of windows: the target's
+    logits [B, T + 1, V] over the windows, each pass's [B, T, V] (row i: the law of t_{i+2}),
+    averaged over the positions every pass reaches (pass t needs i >= t - 1)."""
+    T = logits.shape[1] - 1
     # pair i (feature f_i, token t_{i+1}) predicts the target's law at position i + 1
     p_log = F.log_softmax(logits[:, 1:T + 1], -1)                        # [B, T, V]
-    first = recipe.passes - 1
+    first = len(passes_logits) - 1
     losses = []
-    for logits_t in pass_logits(head, features, ids, recipe.passes):
+    for logits_t in passes_logits:
         q_log = F.log_softmax(logits_t, -1).to(p_log.dtype)
         kl = F.kl_div(q_log[:, first:], p_log[:, first:], log_target=True, reduction="none")
         losses.append(kl.sum(-1).mean())
     return losses
+
+
+def head_losses(head: Eagle3Head, target, ids, recipe: HeadRecipe) -> list:
+    """Per pass, KL(p_target || q_head) over a batch of windows ids [B, T + 1] (pass_kl)."""
+    logits, features = window_forward(target, ids, head.hidden)
+    return pass_kl(logits, pass_logits(head, features, ids, recipe.passes))
 
 
 def init_head(target, seed: int) -> Eagle3Head:

@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from reference.heads.base import lead_pairs
 from reference.heads.checkpoint import load_head, save_head
@@ -45,7 +44,7 @@ from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
 from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
                                small_init, window_forward, write_heads_entry)
-from reference.train_heads import HeadRecipe, PassCache, pass_mask
+from reference.train_heads import HeadRecipe, PassCache, pass_kl, pass_mask
 
 # the EAGLE-3 head's recipe (600 steps) with four passes, k = 4: about 1 s a step on one thread
 RECIPE = HeadRecipe(passes=4)
@@ -84,19 +83,10 @@ def pass_logits(layer: MTPLayer, features, ids, passes: int) -> list:
 
 
 def mtp_losses(layer: MTPLayer, target, ids, recipe: HeadRecipe) -> list:
-    """Per pass, KL(p_target || q_layer) over a batch of windows ids [B, T + 1], averaged over
-    the pairs every pass reaches (pass t needs i >= t - 1)."""
-    T = ids.shape[1] - 1
+    """Per pass, KL(p_target || q_layer) over a batch of windows ids [B, T + 1], as the EAGLE-3
+    head's (train_heads.pass_kl): pair i (h_i, t_{i+1}) predicts the target's law at i + 1."""
     logits, features = window_forward(target, ids, layer.hidden)
-    # pair i (h_i, t_{i+1}) predicts the target's law at position i + 1
-    p_log = F.log_softmax(logits[:, 1:T + 1], -1)                        # [B, T, V]
-    first = recipe.passes - 1
-    losses = []
-    for logits_t in pass_logits(layer, features, ids, recipe.passes):
-        q_log = F.log_softmax(logits_t, -1).to(p_log.dtype)
-        kl = F.kl_div(q_log[:, first:], p_log[:, first:], log_target=True, reduction="none")
-        losses.append(kl.sum(-1).mean())
-    return losses
+    return pass_kl(logits, pass_logits(layer, features, ids, recipe.passes))
 
 
 def init_layer(target, seed: int) -> MTPLayer:
