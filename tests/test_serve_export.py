@@ -62,9 +62,22 @@ def test_transformers_loads_the_export_in_float32_within_the_tolerance(exported)
     assert (got - exact).abs().max() < LOGIT_TOLERANCE / 10
 
 
-def test_cli_export_prints_every_server_recipe(tmp_path, capsys):
+def test_cli_export_prints_every_server_recipe(tmp_path, capsys, monkeypatch):
+    # the served heads' writing is tests/test_export_heads.py's (test_the_export_command_writes_
+    # the_declared_heads); here the command only has to ask for them and list each, which spares
+    # building every served head again in this worker (20 of this test's 25 s, 2026-12-07)
+    from properties.export import heads
+    asked = []
+
+    def export_declared(directory):
+        asked.append(directory)
+        return {"head-x": tmp_path / "out" / "head-x"}
+
+    monkeypatch.setattr(heads, "export_declared", export_declared)
     assert cli.main(["export", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
+    assert asked == [str(tmp_path / "out")]
+    assert f"# head-x: {tmp_path / 'out' / 'head-x'}  (a feature-level head" in text
     for needle in ("transformers serve", "prompt_lookup_num_tokens", "--speculative-config",
                    '"method": "ngram"', "sglang.launch_server", "convert_hf_to_gguf.py",
                    "llama-server", "--impl=openai:"):
