@@ -42,7 +42,7 @@ def pair():
         pytest.skip(f"no EAGLE-3 head at {path / 'eagle3'}: run `make models-large-head`")
     loaded = pretrained.load_dir(path, torch.float32)
     loaded.name = "large"
-    loaded.head = loaded.eagle3()
+    loaded.eagle3 = loaded.head("eagle3")
     return loaded
 
 
@@ -111,7 +111,7 @@ def test_h_step_costs(benchmark, figures, pair):
     benchmark.group = "(h) large pair, fast, head step costs, B=1"
     measured = {}
     benchmark.pedantic(lambda: measured.update(head_step_costs(
-        pair, pair.head, 1 if benchmark.disabled else 100)), rounds=1, warmup_rounds=0)
+        pair, pair.eagle3, 1 if benchmark.disabled else 100)), rounds=1, warmup_rounds=0)
     if benchmark.disabled:
         return
     seconds = measured
@@ -170,7 +170,7 @@ def test_h_head(benchmark, figures, pair, k, temperature):
 
     def speculative():
         g = torch.Generator().manual_seed(0)
-        runs = [fast.batched_generate(pair.target, HeadDrafter(pair.head), c, new, k=k,
+        runs = [fast.batched_generate(pair.target, HeadDrafter(pair.eagle3), c, new, k=k,
                                       temperature=temperature, generator=g) for c in chunks]
         counts.update(accepted=sum(s["accepted"] for _, s in runs),
                       proposed=sum(s["proposed"] for _, s in runs))
@@ -262,7 +262,7 @@ def test_h_draft_vocab(benchmark, figures, pair, token_counts, size):
     chunks, new = workload(benchmark, pair, 1)
     benchmark.group = f"(h) large pair, fast, head with a draft vocabulary of {size}, B=1"
     counts = token_counts(not benchmark.disabled)
-    head = restricted_head(pair.head, counts.argsort(descending=True)[:size].sort().values)
+    head = restricted_head(pair.eagle3, counts.argsort(descending=True)[:size].sort().values)
     per_call, measured = {}, {}
 
     def run():
@@ -350,7 +350,7 @@ def test_h_tree_bound(benchmark, figures, pair):
 
     def run():
         outputs = plain_generate(pair.target, prompts, new)
-        found["ranks"] = head_walk_ranks(pair, pair.head, prompts, outputs, max(TREE_DEPTHS))
+        found["ranks"] = head_walk_ranks(pair, pair.eagle3, prompts, outputs, max(TREE_DEPTHS))
 
     benchmark.pedantic(run, rounds=1, warmup_rounds=0)
     ranks = found["ranks"]

@@ -76,7 +76,7 @@ def _models(args):
                          f"{args.prompt}")
     if args.early_layers is None:
         args.early_layers = pair.exit_layers
-    head = pair.eagle3() if (pair.path / "eagle3" / "config.json").is_file() else None
+    head = pair.head("eagle3") if pair.has_head("eagle3") else None
     return pair.target, pair.small, prompts[args.prompt], pair.decode, head
 
 

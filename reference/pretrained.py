@@ -27,6 +27,16 @@ LARGE_DIR = Path(__file__).parent / "trained-large"
 # the pairs by the name the kit's --models gives them (properties/export/trained.py PAIRS)
 PAIR_DIRS = {"trained": TRAINED_DIR, "trained-large": LARGE_DIR}
 DRAFTS = ("early-exit", "small")
+# the heads make models-heads trains (reference/train_heads.py and its siblings), each in the
+# folder of its kind
+HEADS = {"eagle3": "EAGLE-3 head", "mtp": "MTP layer", "medusa": "Medusa heads",
+         "dflash": "DFlash drafter"}
+
+
+def _head_kind(kind: str) -> str:
+    if kind not in HEADS:
+        raise ValueError(f"kind={kind!r}: the trained heads are {', '.join(HEADS)}")
+    return kind
 
 
 @dataclass
@@ -47,39 +57,17 @@ class TrainedPair:
     def drafts(self) -> dict:
         return {"early-exit": self.early_exit(), "small": self.small}
 
-    def eagle3(self):
-        """The EAGLE-3 head trained on this target (make models-heads), in the target's dtype."""
-        from reference.heads.checkpoint import load_head
-        path = self.path / "eagle3"
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no EAGLE-3 head at {str(path)!r}: run `make models-heads`")
-        return load_head(path, self.target)
+    def has_head(self, kind: str) -> bool:
+        return (self.path / _head_kind(kind) / "config.json").is_file()
 
-    def medusa(self):
-        """The Medusa heads trained on this target (make models-heads), in the target's dtype."""
+    def head(self, kind: str):
+        """The head of `kind` (a HEADS key) trained on this target by make models-heads, in the
+        target's dtype; the MTP layer in llama.cpp's draft-mtp convention, as trained."""
         from reference.heads.checkpoint import load_head
-        path = self.path / "medusa"
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no Medusa heads at {str(path)!r}: run `make models-heads`")
-        return load_head(path, self.target)
-
-    def mtp(self):
-        """The MTP layer trained on this target (make models-heads; llama.cpp's draft-mtp
-        convention), in the target's dtype."""
-        from reference.heads.checkpoint import load_head
-        path = self.path / "mtp"
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no MTP layer at {str(path)!r}: run `make models-heads`")
-        return load_head(path, self.target)
-
-    def dflash(self):
-        """The DFlash block drafter trained on this target (make models-heads), in the target's
-        dtype."""
-        from reference.heads.checkpoint import load_head
-        path = self.path / "dflash"
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no DFlash drafter at {str(path)!r}: run `make models-heads`")
-        return load_head(path, self.target)
+        if not self.has_head(kind):
+            raise FileNotFoundError(f"no {HEADS[kind]} at {str(self.path / kind)!r}: run "
+                                    f"`make models-heads`")
+        return load_head(self.path / kind, self.target)
 
     def prompts(self) -> list[list[int]]:
         """Held-out prompts (token ids), in the order the manifest's figures used them."""

@@ -169,8 +169,8 @@ def build(models: Path, recipe: DFlashRecipe, log=print, prompts: int = 8) -> di
     save_head(head, out, dtype=torch.float16)
     drafts = {"dflash": load_head(out, target), "small": pair.small}   # dflash as saved
     for name in ("eagle3", "mtp", "medusa"):
-        if (models / name / "config.json").is_file():
-            drafts[name] = getattr(pair, name)()
+        if pair.has_head(name):
+            drafts[name] = pair.head(name)
     measured = measure_drafts(pair, drafts, prompts, log)
 
     record = entry("a DFlash block drafter distilled from the target's layer outputs "

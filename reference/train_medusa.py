@@ -115,8 +115,8 @@ def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> di
     out = models / "medusa"
     save_head(heads, out, dtype=torch.float16)
     drafts = {"medusa": load_head(out, target), "small": pair.small}   # medusa as saved
-    if (models / "eagle3" / "config.json").is_file():
-        drafts["eagle3"] = pair.eagle3()
+    if pair.has_head("eagle3"):
+        drafts["eagle3"] = pair.head("eagle3")
     measured = measure_drafts(pair, drafts, prompts, log)
 
     record = entry("Medusa heads distilled from the target's normed last hidden state "

@@ -128,8 +128,8 @@ def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict
     out = models / "mtp"
     save_head(layer, out, dtype=torch.float16)
     drafts = {"mtp": load_head(out, target), "small": pair.small}   # the layer as saved
-    if (models / "eagle3" / "config.json").is_file():
-        drafts["eagle3"] = pair.eagle3()
+    if pair.has_head("eagle3"):
+        drafts["eagle3"] = pair.head("eagle3")
     measured = measure_drafts(pair, drafts, prompts, log)
 
     record = entry("one MTP layer distilled from the target's normed last hidden state, in "

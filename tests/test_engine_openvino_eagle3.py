@@ -79,7 +79,7 @@ def test_the_methods_as_declared():
 
 def test_the_trained_head_in_a_llama_layer_is_the_trained_weights_without_qk_norm():
     pair = trained.pair_of("trained", torch.float64)
-    qwen = pair.eagle3().to(torch.float64)
+    qwen = pair.head("eagle3").to(torch.float64)
     llama = heads.trained_head(TRAINED.drafter, "trained")
     assert qwen.qk_norm is True and llama.qk_norm is False and llama.hidden == qwen.hidden
     kept = {k: v for k, v in qwen.state_dict().items() if "q_norm" not in k and "k_norm" not in k}

@@ -148,7 +148,7 @@ def test_the_trained_head_drafts_as_the_reference_does(monkeypatch):
     the target's greedy output, and it accepts as much as the reference."""
     pretrained = pytest.importorskip("reference.pretrained")
     pair = pretrained.load(torch.float64)
-    head = pair.eagle3()
+    head = pair.head("eagle3")
     prompts = [p[:24] for p in pair.prompts()[:2]]
     fast_log, reference_log = [], []
     logged_fast(monkeypatch, fast_log)
@@ -199,7 +199,7 @@ def test_the_kit_impl_drafts_with_the_targets_trained_head_where_one_fits():
     pretrained = pytest.importorskip("reference.pretrained")
     pair = pretrained.load(torch.float64)
     head = head_kit.head_for(pair.target)
-    assert torch.equal(head.fc.weight, pair.eagle3().fc.weight)
+    assert torch.equal(head.fc.weight, pair.head("eagle3").fc.weight)
     assert head_kit.head_for(pair.target) is head
     shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
     assert head_kit.head_for(shallow).hidden == HiddenStates((0, 2), "input")

@@ -47,23 +47,21 @@ from reference.heads.medusa import MedusaHeads
 
 def trained_head(drafter, models: str = "trained"):
     """The trained pair's head of the drafter's kind (EAGLE-3, Medusa, MTP, DFlash) in float64;
-    the MTP layer read in the drafter's convention (its options)."""
+    the MTP layer read in the drafter's convention (its options). A DFlash drafter is one export
+    for both engines (properties/export/dflash.py), its own lm_head shipped."""
     from properties.export.trained import pair_of
-    if drafter.kind not in ("eagle3", "medusa", "mtp", "dflash"):
-        raise ValueError(f"no trained head of kind {drafter.kind!r}: eagle3, medusa, mtp and "
-                         f"dflash are trained (make models-heads)")
-    pair = pair_of(models, torch.float64)
-    if drafter.kind == "medusa":
-        return pair.medusa().to(torch.float64)
-    if drafter.kind == "dflash":
-        # one export for both engines (properties/export/dflash.py), its own lm_head shipped
-        return pair.dflash().to(torch.float64)
+    from reference.pretrained import HEADS
+    if drafter.kind not in HEADS:
+        raise ValueError(f"no trained head of kind {drafter.kind!r}: {', '.join(HEADS)} are "
+                         f"trained (make models-heads)")
+    head = pair_of(models, torch.float64).head(drafter.kind).to(torch.float64)
     if drafter.kind == "mtp":
-        return in_convention(pair.mtp().to(torch.float64), dict(drafter.options))
-    head = pair.eagle3().to(torch.float64)
+        return in_convention(head, dict(drafter.options))
     # an engine that loads only Llama-layer heads (OpenVINO GenAI through optimum-intel) is
     # declared with qk_norm False: it gets, and the kit replays, the trained weights in one
-    return llama_layer(head) if head.qk_norm and not drafter.qk_norm else head
+    if drafter.kind == "eagle3" and head.qk_norm and not drafter.qk_norm:
+        return llama_layer(head)
+    return head
 
 
 def in_convention(layer, options: dict):
