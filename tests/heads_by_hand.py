@@ -137,3 +137,20 @@ def greedy_proposal(head, logits) -> int:
     i = int(torch.argmax(logits))
     d2t = getattr(head, "draft_to_target", None)
     return i if d2t is None else int(d2t[i])
+
+
+def committed_entry(kind: str) -> dict:
+    """The manifest entry of the committed trained head of `kind` (reference/trained, make
+    models-heads), after what every head's entry must hold: its fields, its two files listed
+    and hashing as recorded, its acceptance at T = 0 and 1 a rate."""
+    import json
+
+    from reference.pretrained import TRAINED_DIR, check_manifest
+    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
+    entry = manifest["heads"][kind]
+    assert {"seed", "steps", "timings", "acceptance", "held_out_kl"} <= set(entry)
+    assert {f"{kind}/config.json", f"{kind}/model.safetensors"} <= set(manifest["files"])
+    assert not [p for p in check_manifest(TRAINED_DIR) if p.startswith(f"{kind}/")]
+    for t in ("T=0", "T=1"):
+        assert 0 < entry["acceptance"][kind][t]["acceptance"] <= 1
+    return entry

@@ -15,7 +15,7 @@ from reference.model import random_model
 from reference.pretrained import TRAINED_DIR
 from reference.speculative import greedy_generate, speculative_generate
 from reference.train_heads import HeadRecipe, pass_logits, pass_mask, train_head
-from tests.heads_by_hand import SMALL, small_target
+from tests.heads_by_hand import SMALL, committed_entry, small_target
 
 KINDS = [("eagle", {}), ("eagle3", {}), ("eagle3", {"draft_vocab": [5, 3, 1, 60]}),
          ("medusa", {"num_heads": 3}), ("mtp", {"order": "hidden-first", "recycle": "normed"})]
@@ -108,12 +108,7 @@ def trained():
 
 @needs_head
 def test_the_committed_head_is_in_the_manifest():
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    entry = manifest["heads"]["eagle3"]
-    assert {"seed", "steps", "timings", "acceptance", "held_out_kl"} <= set(entry)
-    assert {"eagle3/config.json", "eagle3/model.safetensors"} <= set(manifest["files"])
-    for t in ("T=0", "T=1"):
-        assert 0 < entry["acceptance"]["eagle3"][t]["acceptance"] <= 1
+    committed_entry("eagle3")
 
 
 @needs_head

@@ -13,11 +13,11 @@ from reference.heads.dflash import DFlashHead
 from reference.heads.random import randomize
 from reference.heads.replay import round_logits
 from reference.hidden import HiddenStates
-from reference.pretrained import TRAINED_DIR, check_manifest
+from reference.pretrained import TRAINED_DIR
 from reference.speculative import greedy_generate, speculative_generate
 from reference.train_dflash import (DFlashRecipe, block_logits, dflash_losses, init_head,
                                     train_dflash)
-from tests.heads_by_hand import small_target
+from tests.heads_by_hand import committed_entry, small_target
 
 HEAD_DIR = TRAINED_DIR / "dflash"
 needs_head = pytest.mark.skipif(not (HEAD_DIR / "model.safetensors").is_file(),
@@ -89,11 +89,7 @@ def trained():
 
 @needs_head
 def test_the_committed_drafter_is_in_the_manifest():
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    entry = manifest["heads"]["dflash"]
-    assert {"seed", "steps", "timings", "acceptance", "held_out_kl"} <= set(entry)
-    assert {"dflash/config.json", "dflash/model.safetensors"} <= set(manifest["files"])
-    assert not [p for p in check_manifest(TRAINED_DIR) if p.startswith("dflash/")]
+    entry = committed_entry("dflash")
     # distilled: every mask's held-out KL well below the untrained start's
     assert all(k < 0.5 * u for k, u in zip(entry["held_out_kl"], entry["held_out_kl_untrained"]))
     # never the last layer (llama.cpp aborts: tests/findings/llamacpp_dflash_last_layer/)

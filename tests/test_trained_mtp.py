@@ -11,11 +11,11 @@ from reference.heads.base import with_lead
 from reference.heads.checkpoint import load_head
 from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
-from reference.pretrained import TRAINED_DIR, check_manifest
+from reference.pretrained import TRAINED_DIR
 from reference.distill import window_forward
 from reference.train_heads import HeadRecipe
 from reference.train_mtp import CONVENTION, init_layer, pass_logits, train_layer
-from tests.heads_by_hand import small_target
+from tests.heads_by_hand import committed_entry, small_target
 
 LAYER_DIR = TRAINED_DIR / "mtp"
 needs_layer = pytest.mark.skipif(not (LAYER_DIR / "model.safetensors").is_file(),
@@ -82,12 +82,8 @@ def test_the_layer_starts_small_and_seeded():
 
 @needs_layer
 def test_the_committed_layer_is_in_the_manifest():
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    entry = manifest["heads"]["mtp"]
-    assert {"seed", "steps", "timings", "acceptance", "held_out_kl", "convention"} <= set(entry)
+    entry = committed_entry("mtp")
     assert entry["convention"] == CONVENTION | {"mask0": False}
-    assert {"mtp/config.json", "mtp/model.safetensors"} <= set(manifest["files"])
-    assert not [p for p in check_manifest(TRAINED_DIR) if p.startswith("mtp/")]
 
 
 @needs_layer
