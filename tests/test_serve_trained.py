@@ -225,3 +225,75 @@ def test_a_refused_run_adds_nothing_to_the_results_file(tmp_path):
     assert main(["run", "vllm", "draft-small", "--models", "trained", "--results",
                  str(results)]) == 3
     assert not results.exists()
+
+
+# ------------------------------------------------------- transformers serve on a trained pair
+
+TRANSFORMERS = engines.get("transformers")
+
+
+def test_transformers_runs_prompt_lookup_and_the_early_exit_on_both_pairs():
+    methods = TRANSFORMERS.methods
+    assert methods["prompt-lookup"].pairs == methods["draft-early-exit"].pairs == \
+        ("trained", "trained-large")
+    # a request can name no assistant model: the early exit is its only draft, and only a
+    # trained pair's run serves it
+    assert methods["draft-early-exit"].drafter.trained_only
+    assert "draft-small" not in methods
+
+
+@pytest.mark.parametrize("models", ["trained", "trained-large"])
+def test_transformers_sends_and_reads_a_trained_pairs_text_through_its_tokenizer(models):
+    needs_large(models)
+    from tokenizers import Tokenizer
+    from properties.adapters.client import Request
+    pair_tokenizer = Tokenizer.from_file(str(trained_export.PAIRS[models] / "tokenizer.json"))
+    prompt = trained.prompts(1, models)[0]
+    spec = trained.dialect_for(TRANSFORMERS, TRANSFORMERS.method("draft-early-exit"), models)
+    base = trained.dialect_for(TRANSFORMERS, None, models)
+    for dialect in (spec, base):
+        body = dialect.body(Request(prompt, 8), "m")
+        assert body["prompt"] == pair_tokenizer.decode(list(prompt))
+        assert dialect.tokens({"text": body["prompt"]}, None, "here") == prompt
+    exit_layers = json.loads((trained_export.PAIRS[models] / "manifest.json").read_text())
+    config = json.loads(spec.body(Request(prompt, 8), "m")["generation_config"])
+    assert config["assistant_early_exit"] == exit_layers["early_exit_layers"]
+    assert "assistant_early_exit" not in json.loads(base.body(Request(prompt, 8), "m")[
+        "generation_config"])
+    # the kit's own models keep the kit's tokenizer
+    assert TRANSFORMERS.dialect_for(None).for_pair("kit") is TRANSFORMERS.dialect_for(None)
+
+
+def test_transformers_prepare_writes_the_early_exits_rounds_into_the_served_target(tmp_path):
+    from properties.engines import transformers
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "generation_config.json").write_text('{"do_sample": false}')
+    transformers.prepare(None, tmp_path, tmp_path / "prepare.log")
+    written = json.loads((tmp_path / "target" / "generation_config.json").read_text())
+    assert written == {"do_sample": False, "num_assistant_tokens": 4,
+                       "num_assistant_tokens_schedule": "constant",
+                       "assistant_confidence_threshold": 0.0}
+    assert TRANSFORMERS.method("draft-early-exit").k == written["num_assistant_tokens"]
+
+
+def test_an_engine_without_counters_has_its_acceptance_said_unjudged():
+    record = {"trained": {"requests": [{}], "max_tokens": 48, "k": 4, "draft": "draft-early-exit",
+                          "failures": [], "replayed": False, "engine_drafted": None,
+                          "acceptance_unjudged": "cannot judge: URL (transformers) reports no "
+                                                 "speculative-decoding counters"}}
+    lines = trained.describe(record)
+    assert any(line.startswith("acceptance NOT JUDGED") and "no speculative-decoding counters"
+               in line for line in lines), lines
+    assert trained.dialect_for(TRANSFORMERS, TRANSFORMERS.method("draft-early-exit")
+                               ).counters_missing(SimpleNamespace(url="URL"))
+    assert trained.dialect_for(FAKE, FAKE.method("draft-early-exit")).counters_missing(
+        SimpleNamespace(url="URL")) is None
+
+
+def test_a_text_read_back_in_another_segmentation_is_the_same_text():
+    # the committed pair's tokens 9 ")" and 468 "))": the served run of 2026-12-07 20:47 read
+    # the float64 target's ")" "))" back from its text as "))" ")"
+    dialect = trained.dialect_for(TRANSFORMERS, None, "trained")
+    assert dialect.same_text([468, 9], [9, 468])
+    assert not dialect.same_text([468, 468], [9, 468])
+    assert not TRANSFORMERS.dialect_for(None).same_text([1, 2], [1, 2])   # the kit's: ids are exact

@@ -1,5 +1,19 @@
 """`transformers serve` (the project's own .venv, extra [serve]): speculation is per request
-(prompt lookup through generation_config), so its baseline is the same server without it."""
+(prompt lookup, or the early exit through generation_config), so its baseline is the same server
+without it.
+
+On a trained pair (`--models trained`, `trained-large`) it runs two methods: prompt lookup, and
+draft-early-exit, which is transformers' own self-speculation (generation/utils.py
+_get_candidate_generator: `assistant_early_exit` = N gives EarlyExitCandidateGenerator, the
+target itself as the assistant with base_model.config.num_hidden_layers set to N while it
+drafts: its first N layers, its final norm and its head, which is the kit's early-exit draft,
+properties/models/served.py standalone_early_exit). A request names no assistant model (only a
+Python object can be one), so the separately trained small draft has no run here.
+
+It serves text only: on a trained pair the prompt goes out and the completion comes back
+through the pair's byte-level BPE tokenizer (`Transformers.for_pair`), not the kit's 32-token
+one. It reports no speculation counters, so a trained run's acceptance is not judged (the
+trained check says so: properties/serve/trained.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +21,7 @@ import json
 import shutil
 import sys
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from properties.adapters.dialects import Dialect
@@ -26,6 +41,41 @@ class Transformers(Dialect):
     name: str = "transformers"
     honours_n: bool | None = False
     generation_config: dict = field(default_factory=dict)
+    # the tokenizer.json of the trained pair served (`for_pair`); None: the kit's own models,
+    # whose 32-character tokenizer properties.models.tokenizer is
+    pair_tokenizer: str | None = None
+
+    def for_pair(self, models: str) -> "Transformers":
+        """This dialect for the pair `models` names ("kit": itself): its texts through the
+        pair's tokenizer, and an early exit at the pair's own exit layer (its manifest)."""
+        if models == "kit":
+            return self
+        from reference.pretrained import PAIR_DIRS
+        directory = Path(PAIR_DIRS[models])
+        config = dict(self.generation_config)
+        if "assistant_early_exit" in config:
+            manifest = json.loads((directory / "manifest.json").read_text())
+            config["assistant_early_exit"] = int(manifest["early_exit_layers"])
+        return replace(self, pair_tokenizer=str(directory / "tokenizer.json"),
+                       generation_config=config)
+
+    def _decode(self, ids) -> str:
+        return _pair_tokenizer(self.pair_tokenizer).decode(list(ids)) if self.pair_tokenizer \
+            else tokenizer.decode(ids)
+
+    def same_text(self, read, ids) -> bool:
+        """Whether `read` (ids this dialect read back from a text) is the text of `ids`: on a
+        trained pair the re-encoding may split a text otherwise than the model did, so the
+        trained check judges the text (properties/serve/trained.py check)."""
+        return bool(self.pair_tokenizer) and self._decode(read) == self._decode(ids)
+
+    def tokens(self, choice: dict, req, where: str) -> tuple:
+        """The completion text through the pair's tokenizer on a trained pair (transformers
+        serve returns no ids: a BPE text is re-encoded, which gives back the generated ids
+        where the model generated the tokenizer's own segmentation of the text)."""
+        if not self.pair_tokenizer or not isinstance(choice.get("text"), str):
+            return super().tokens(choice, req, where)
+        return tuple(_pair_tokenizer(self.pair_tokenizer).encode(choice["text"]).ids)
 
     def body(self, req, model) -> dict:
         sampling = req.sampling.temperature > 0
@@ -36,7 +86,7 @@ class Transformers(Dialect):
             config["temperature"] = req.sampling.temperature
         config.update(self.shaping(req.sampling))
         config.update(self.generation_config)
-        body = {"model": model, "prompt": tokenizer.decode(req.prompt),
+        body = {"model": model, "prompt": self._decode(req.prompt),
                 "max_tokens": req.max_tokens, "generation_config": json.dumps(config)}
         if req.sampling.seed is not None:
             body["seed"] = req.sampling.seed
@@ -81,6 +131,12 @@ class Transformers(Dialect):
 FORMULA = Formula("transformers", repetition_sees="prompt+output", counts_see=None,
                   min_p_after_top_p=True)
 
+@lru_cache(maxsize=2)
+def _pair_tokenizer(path: str):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(path)
+
+
 DIALECT = Transformers(
     notes=("text only; stop ids as generation_config eos_token_id",), formula=FORMULA,
     unsupported={"presence_penalty": "no such processor in transformers",
@@ -120,8 +176,29 @@ def serve_command(model_dir, port: int, program=None) -> Command:
                         "TOKENIZERS_PARALLELISM": "false"}, health="/health")
 
 
+# The early exit's layer count is the pair's (Transformers.for_pair reads its manifest); this
+# default is the committed pair's, so that a dialect asked without a pair still speculates.
+EARLY_EXIT = {"assistant_early_exit": 2}
+# The early exit's assistant is the model itself, so its draft length, schedule and confidence
+# stop come from the served model's own generation_config, never from the request's
+# (candidate_generator.py AssistedCandidateGenerator.__init__ deep-copies
+# assistant_model.generation_config): `prepare` writes them into the served target's
+# generation_config.json. 4 tokens a round, every round (schedule "constant": "heuristic" grows
+# and shrinks it by the last round's acceptance), and no confidence stop (utils.py
+# _get_stopping_criteria adds ConfidenceCriteria only for a threshold > 0; the default 0.4 ends
+# a round at the first draft token below 0.4 probability, which the kit's k=4 rounds do not).
+ASSISTANT = {"num_assistant_tokens": 4, "num_assistant_tokens_schedule": "constant",
+             "assistant_confidence_threshold": 0.0}
+CONFIGS = {"prompt-lookup": LOOKUP, "draft-early-exit": EARLY_EXIT}
+
 METHODS = {"prompt-lookup": Method("prompt-lookup", "prompt lookup, 4 tokens (per request)",
-                                   methods.LOOKUP)}
+                                   methods.LOOKUP, pairs=methods.BOTH_PAIRS),
+           # the kit's own models leave it out: only a trained pair's run serves it
+           "draft-early-exit": Method(
+               "draft-early-exit", "self-speculation: the target's first layers "
+               "(assistant_early_exit, per request; 4 tokens a round) on a trained pair",
+               methods.ModelDraft("draft-early-exit", trained_only=True), 4,
+               pairs=methods.BOTH_PAIRS)}
 
 
 def find():
@@ -142,12 +219,26 @@ def command(env, export_dir, method, port):
 
 
 def dialects(method):
-    """Prompt lookup is turned on per request (generation_config): the baseline is the same
+    """Speculation is turned on per request (generation_config): the baseline is the same
     server asked without it."""
-    return DIALECT.with_generation_config(LOOKUP) if method is not None else DIALECT
+    if method is None:
+        return DIALECT
+    # a method described on the command line (methods.by_option) is prompt lookup, as before
+    return DIALECT.with_generation_config(CONFIGS.get(method.name, LOOKUP))
+
+
+def prepare(env, export_dir, log) -> None:
+    """The early exit's round settings (ASSISTANT) into the served target's
+    generation_config.json: requests cannot set them. The baseline never asks for an assistant,
+    so they change nothing for it, nor for prompt lookup (its own request field)."""
+    path = Path(export_dir) / "target" / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    config.update(ASSISTANT)
+    path.write_text(json.dumps(config, indent=2))
+    Path(log).write_text(f"{path}: {json.dumps(ASSISTANT)}\n")
 
 
 ENGINE = Engine(
     name="transformers", title="transformers serve", setup="make (the project's .venv)",
     validated=(), methods=METHODS, dialect=DIALECT, find=find, version=version,
-    command=command, dialects=dialects, start_timeout=180.0)
+    command=command, dialects=dialects, prepare=prepare, start_timeout=180.0)

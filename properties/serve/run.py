@@ -182,7 +182,8 @@ class Launch:
         else:
             self.speculation = speed.evidence(self.engine, self.spec, self.method)
         if self.measure_speed and session.outcomes:
-            extra = {"prompts": prompts, "tokens": tokens} if prompts else {}
+            extra = ({"prompts": prompts, "tokens": tokens, "models": self.models}
+                     if prompts else {})
             self.speed = speed.measure(self.engine, self.spec, self.base, say=say,
                                        method=self.method, **extra)
 

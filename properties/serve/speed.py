@@ -85,12 +85,17 @@ def _time(client, requests) -> float:
 
 
 def measure(engine, spec, base, turns: int = 3, say=print, method=None, prompts=PROMPTS,
-            tokens: int = TOKENS) -> dict:
+            tokens: int = TOKENS, models: str = "kit") -> dict:
     """`prompts`, `tokens`: the greedy requests timed (default the kit's; a trained run's are
-    held-out prompts of the trained tokenizer)."""
+    held-out prompts of the trained tokenizer); `models`: the pair served ("kit": the kit's)."""
     requests = [Request(tuple(p), tokens) for p in prompts]
-    clients = {"spec": _client(engine.dialect_for(method), spec),
-               "base": _client(engine.dialect_for(None), base)}
+    if models == "kit":
+        dialects = engine.dialect_for(method), engine.dialect_for(None)
+    else:
+        from properties.serve import trained
+        dialects = (trained.dialect_for(engine, method, models),
+                    trained.dialect_for(engine, None, models))
+    clients = {"spec": _client(dialects[0], spec), "base": _client(dialects[1], base)}
     servers = {"spec": spec, "base": base}
     seconds = {"spec": [], "base": []}
     try:

@@ -161,15 +161,19 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
     speculating server (its counters read around each) and to the baseline, against the pair
     `models` names (the one the servers were given). Returns the record's "trained" entry: per
     request, totals, failures (empty: conformant)."""
-    dialect = engine.dialect_for(method)
+    dialect = dialect_for(engine, method, models)
     client = Client(spec_url, dialect=dialect, timeout=600, concurrency=1)
-    base = (Client(base_url, dialect=engine.dialect_for(None), timeout=600, concurrency=1)
-            if base_url else None)
+    base = (Client(base_url, dialect=dialect_for(engine, None, models), timeout=600,
+                   concurrency=1) if base_url else None)
     draft = export.draft_of(method)
     # a trained head drafts from the target's own features: its rounds are replayed with it
     head = (heads.trained_head(method.drafter, models)
             if isinstance(method.drafter, HeadDraft) else None)
     replayed = (draft is not None or head is not None) and engine.schedule is not None
+    # an engine that keeps no counters (transformers serve) cannot have (b) judged: said in the
+    # record and the printed outcome, never passed in silence
+    unjudged = (dialect.counters_missing(client)
+                if draft is not None or head is not None else None)
     ref = pair(draft, models)
     tol = LOGIT_TOLERANCE
     requests, failures = [], []
@@ -184,9 +188,20 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
             failures.append(f"prompt {i}: a request failed: {exc}")
             requests.append(entry)
             continue
-        tokens = list(served.tokens)
+        tokens = read = list(served.tokens)
         entry.update(tokens=tokens, engine_drafted=None if counted is None else counted.drafted,
                      engine_accepted=None if counted is None else counted.accepted)
+        # a text-only engine's ids are its text re-encoded in the tokenizer's own segmentation,
+        # which need not be how the model split it (")" then "))" re-encodes as "))" then ")"):
+        # where its text is the float64 target's greedy text, the target's ids are judged
+        if hasattr(dialect, "same_text") and (len(tokens) != max_tokens or greedy_divergence(
+                prompt, tokens, tol, ref.logits) is not None):
+            path = ref.greedy(ref.target, prompt, max_tokens)[0]
+            if dialect.same_text(tokens, path):
+                entry["resegmented_at"] = next(
+                    (j for j, (a, b) in enumerate(zip(tokens, path)) if a != b),
+                    min(len(tokens), len(path)))
+                entry["judged_tokens"] = tokens = path
         # (a) greedy, tie-aware, against the float64 target and the baseline
         if len(tokens) != max_tokens:
             failures.append(f"prompt {i}: {len(tokens)} tokens for max_tokens={max_tokens} "
@@ -199,11 +214,12 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
                             f"(ties are gaps <= {tol:g})")
         entry["ties"] = [j for j, row in enumerate(ref.logits(prompt, tokens))
                          if int(row.argmax()) != tokens[j]] if bad is None else None
-        if base_tokens is not None and list(base_tokens) != tokens:
-            j = next((j for j, (a, b) in enumerate(zip(tokens, base_tokens)) if a != b),
-                     min(len(tokens), len(base_tokens)))
-            row = ref.logits(prompt, tokens[:j] + [0])[-1]
-            a = tokens[j] if j < len(tokens) else None
+        # the baseline's ids are read as the engine's were: compared as read
+        if base_tokens is not None and list(base_tokens) != read:
+            j = next((j for j, (a, b) in enumerate(zip(read, base_tokens)) if a != b),
+                     min(len(read), len(base_tokens)))
+            row = ref.logits(prompt, read[:j] + [0])[-1]
+            a = read[j] if j < len(read) else None
             b = base_tokens[j] if j < len(base_tokens) else None
             if a is None or b is None or abs(float(row[a] - row[b])) > tol:
                 failures.append(f"prompt {i}: greedy: differs from the baseline at position "
@@ -233,7 +249,16 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
     return {"requests": requests, "failures": failures, "max_tokens": max_tokens,
             "k": method.k, "schedule": engine.schedule,
             "draft": draft if head is None else method.drafter.head,
-            "replayed": replayed, "tolerance": tol, **totals(requests, replayed)}
+            "replayed": replayed, "tolerance": tol, "acceptance_unjudged": unjudged,
+            **totals(requests, replayed)}
+
+
+def dialect_for(engine, method, models: str = "trained"):
+    """The dialect of requests to `engine`'s server of `method` (None: the baseline) on the
+    pair `models` names: a text-only dialect sends and reads its texts through the pair's
+    tokenizer (its `for_pair`), the others send token ids and need nothing."""
+    dialect = engine.dialect_for(method)
+    return dialect.for_pair(models) if hasattr(dialect, "for_pair") else dialect
 
 
 def totals(requests: list, replayed: bool) -> dict:
@@ -272,6 +297,15 @@ def describe(record: dict) -> list[str]:
                      + (f" ({t['exact_acceptance']:.3f})" if t.get("exact_acceptance") else "")
                      + (f"; tokens per target call {t['tokens_per_target_call']:.2f}"
                         if t.get("tokens_per_target_call") else ""))
+    resegmented = [r for r in t["requests"] if "resegmented_at" in r]
+    if resegmented:
+        lines.append(f"{len(resegmented)} request(s) judged by their text, which is the float64 "
+                     f"target's greedy text: re-encoded it splits otherwise (prompt "
+                     + ", ".join(f"{r['prompt']} from position {r['resegmented_at']}"
+                                 for r in resegmented) + ")")
+    if t.get("acceptance_unjudged"):
+        lines.append(f"acceptance NOT JUDGED (the counts against the exact replay): "
+                     f"{t['acceptance_unjudged']}")
     for failure in t["failures"]:
         lines.append(f"FAILED: {failure}")
     return lines
