@@ -274,6 +274,10 @@ def test_transformers_prepare_writes_the_early_exits_rounds_into_the_served_targ
                        "num_assistant_tokens_schedule": "constant",
                        "assistant_confidence_threshold": 0.0}
     assert TRANSFORMERS.method("draft-early-exit").k == written["num_assistant_tokens"]
+    # the recipe shows the same step
+    (what, step), = transformers.prepare_commands(None, "/export")
+    assert "/export/target/generation_config.json" in step.shell()
+    assert '"num_assistant_tokens": 4' in step.shell()
 
 
 def test_an_engine_without_counters_has_its_acceptance_said_unjudged():

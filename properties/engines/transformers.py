@@ -227,18 +227,35 @@ def dialects(method):
     return DIALECT.with_generation_config(CONFIGS.get(method.name, LOOKUP))
 
 
-def prepare(env, export_dir, log) -> None:
-    """The early exit's round settings (ASSISTANT) into the served target's
-    generation_config.json: requests cannot set them. The baseline never asks for an assistant,
-    so they change nothing for it, nor for prompt lookup (its own request field)."""
+# merges a JSON object into a JSON file: the recipe's step and what `prepare` runs
+MERGE = ("import json, sys; path = sys.argv[1]; config = json.load(open(path)); "
+         "config.update(json.loads(sys.argv[2])); json.dump(config, open(path, \"w\"), indent=2)")
+
+
+def prepare_commands(env, export_dir, drafts=()) -> list:
+    """(what, Command) writing the early exit's round settings (ASSISTANT) into the served
+    target's generation_config.json: requests cannot set them. The baseline never asks for an
+    assistant, so they change nothing for it, nor for prompt lookup (its own request field)."""
+    python = sys.executable if env is not None else "python"
     path = Path(export_dir) / "target" / "generation_config.json"
-    config = json.loads(path.read_text()) if path.is_file() else {}
-    config.update(ASSISTANT)
-    path.write_text(json.dumps(config, indent=2))
-    Path(log).write_text(f"{path}: {json.dumps(ASSISTANT)}\n")
+    return [("the early exit's rounds (4 tokens, constant, no confidence stop) into the served "
+             "target's generation_config.json", Command([python, "-c", MERGE, path,
+                                                          json.dumps(ASSISTANT)]))]
+
+
+def prepare(env, export_dir, log) -> None:
+    """Runs prepare_commands (the recipe's step itself), its output into `log`."""
+    import subprocess
+    # env None (a caller without find()'s program): still this Python, never one off PATH
+    for what, step in prepare_commands(env if env is not None else [sys.executable], export_dir):
+        done = subprocess.run([str(a) for a in step.argv], capture_output=True, text=True)
+        Path(log).write_text(f"{what}: {step.shell()}\n{done.stdout}{done.stderr}")
+        if done.returncode != 0:
+            raise RuntimeError(f"{what} failed (log {log}):\n{done.stderr[-2000:]}")
 
 
 ENGINE = Engine(
     name="transformers", title="transformers serve", setup="make (the project's .venv)",
     validated=(), methods=METHODS, dialect=DIALECT, find=find, version=version,
-    command=command, dialects=dialects, prepare=prepare, start_timeout=180.0)
+    command=command, dialects=dialects, prepare=prepare,
+    prepare_commands=prepare_commands, start_timeout=180.0)

@@ -16,7 +16,9 @@ source the models never saw, tokenized by the trained tokenizer):
     and the draft's greedy proposals, so the engine's own counts of drafted and accepted tokens
     for each request must equal the replay of its rounds with the float64 pair
     (properties.acceptance.replay, under the engine's declared end-of-request schedule); a
-    mismatch is a failure naming both. Tokens per target call come from the same replay;
+    mismatch is a failure naming both. Tokens per target call come from the same replay. An
+    engine that keeps no counters (transformers serve) has (b) said NOT JUDGED, and nothing
+    then shows it drafted: the verdict is NOT SHOWN, never CONFORMANT;
 (c) the speed-up: properties.serve.speed.measure with these prompts.
 
 The family served_trained (properties/test_served_trained.py) runs the check; it passes when
