@@ -2,7 +2,9 @@
 serving the committed trained pair: the launcher end to end (conformant), the greedy check
 failing on a wrong engine, the acceptance check failing on wrong counts, the head-size refusal
 before anything starts, and the results file and grid showing trained runs (about 25 s on 2
-cores: the end-to-end run starts two fake servers, each loading the pair in float64).
+cores: the end-to-end run starts two fake servers, each loading the pair in float64); transformers
+serve's reading of a trained pair (its tokenizer, its early exit's settings taking effect in
+process, an answer re-split by the tokenizer, its missing counters), no server started.
 
 `--models trained-large` (the weight-bound pair of `make models-large`, committed): the same
 end-to-end run and the refusal that differs from the committed pair's, skipped where the pair
@@ -301,3 +303,37 @@ def test_a_text_read_back_in_another_segmentation_is_the_same_text():
     assert dialect.same_text([468, 9], [9, 468])
     assert not dialect.same_text([468, 468], [9, 468])
     assert not TRANSFORMERS.dialect_for(None).same_text([1, 2], [1, 2])   # the kit's: ids are exact
+
+
+def test_the_prepared_target_makes_transformers_early_exit_draft_4_a_round(tmp_path):
+    # the settings `prepare` writes take effect: transformers' own early exit (in process, the
+    # served code path's generate) on the committed pair's exported target, each round's
+    # proposals counted; the plain export's defaults (confidence stop 0.4) cut rounds short
+    from transformers import AutoModelForCausalLM
+    from transformers.generation import candidate_generator as generators
+    from properties.engines import transformers
+    trained_export.export(tmp_path, TRANSFORMERS.method("draft-early-exit"), "trained")
+    prompt = trained.prompts(1)[0]
+
+    def rounds():
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / "target", dtype=torch.float32)
+        seen, original = [], generators.EarlyExitCandidateGenerator.get_candidates
+
+        def counted(self, input_ids, **kwargs):
+            ids, logits = original(self, input_ids, **kwargs)
+            seen.append(ids.shape[-1] - input_ids.shape[-1])
+            return ids, logits
+        generators.EarlyExitCandidateGenerator.get_candidates = counted
+        try:
+            model.eval().generate(torch.tensor([list(prompt)]), max_new_tokens=24,
+                                  min_new_tokens=0, do_sample=False, assistant_early_exit=2)
+        finally:
+            generators.EarlyExitCandidateGenerator.get_candidates = original
+        return seen
+
+    plain = rounds()
+    transformers.prepare(None, tmp_path, tmp_path / "prepare.log")
+    prepared = rounds()
+    # every round drafts 4 but the last, capped at the tokens wanted less one
+    assert prepared[:-1] == [4] * (len(prepared) - 1) and prepared[-1] <= 4, prepared
+    assert any(n < 4 for n in plain[:-1]), plain
