@@ -184,7 +184,7 @@ DFLASH_HIDDEN = HiddenStates((0,), "output")
 DFLASH_TRAINED_HIDDEN = HiddenStates((0, 2, 4), "output")
 
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "draft model (draft-simple): the target's first layer",
+    Method("draft-early-exit", "draft model (draft-simple): the target's first layers (an early exit)",
            EARLY_EXIT, K, pairs=BOTH_PAIRS),
     Method("draft-random", "draft model (draft-simple): an independent random model",
            RANDOM, K),

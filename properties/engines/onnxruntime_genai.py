@@ -94,7 +94,7 @@ CALLER_DRAFTS_REFUSED = (
     "begin_turn, one engine.run (the prefill), request.set_draft_tokens(drafts) before each "
     "later run, and Engine.get_speculative_stats() for the counts")
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "draft model: the target's first layer", EARLY_EXIT, K,
+    Method("draft-early-exit", "draft model: the target's first layers (an early exit)", EARLY_EXIT, K,
            pairs=BOTH_PAIRS),
     Method("draft-random", "draft model: an independent random model", RANDOM, K),
     Method("perfect-draft", "draft model: the target itself", PERFECT, K),

@@ -120,7 +120,7 @@ class OpenVINOMethod(Method):
 
 
 def _methods() -> dict:
-    base = (("draft-early-exit", "draft model: the target's first layer", methods.EARLY_EXIT),
+    base = (("draft-early-exit", "draft model: the target's first layers (an early exit)", methods.EARLY_EXIT),
             ("draft-random", "draft model: an independent random model", methods.RANDOM),
             ("perfect-draft", "draft model: the target itself", methods.PERFECT),
             ("prompt-lookup", f"prompt lookup (max_ngram_size {NGRAM})",

@@ -88,7 +88,7 @@ SYNTHETIC_WORDS = ("vLLM's rejection_sample_method='synthetic' \"accepts draft t
                    "decaying probability calibrated to synthetic_acceptance_rate\", not by the "
                    "target's probabilities: a benchmarking mode, lossy by design")
 METHODS = {m.name: m for m in (
-    Method("draft-early-exit", "draft model: the target's first layer (early exit)",
+    Method("draft-early-exit", "draft model: the target's first layers (an early exit)",
            EARLY_EXIT, K, pairs=BOTH_PAIRS),
     Method("draft-random", "draft model: an independent random model", RANDOM, K),
     Method("perfect-draft", "draft model: the target itself (every proposal must be accepted)",
