@@ -8,7 +8,7 @@ per head or per mask. This file says how such losses are minimised (`distill`: A
 then a cosine, gradients clipped at 1, windows drawn from a generator seeded by the recipe), how
 they are reported on held-out text (`held_out_kl`), how the result is measured beside the other
 drafts (`measure_drafts`) and recorded in the trained pair's manifest (`entry`,
-`write_heads_entry`), how a drafter's own weights start (`small_init`), and the command
+`write_heads_entry`; `build` does all of it for one drafter), how a drafter's own weights start (`small_init`), and the command
 line they all take (`cli`).
 
 A recipe is any frozen dataclass with seed, steps, batch, seq_len, lr, warmup and eval_windows
@@ -170,6 +170,47 @@ def write_heads_entry(models: Path, name: str, entry: dict):
     manifest.setdefault("heads", {})[name] = entry
     manifest["files"] = {}
     write_manifest(models, manifest)
+
+
+def build(models: Path, name: str, what: str, recipe, train, losses, count: int, *, init=None,
+          compare=(), chunk: int = 16, convention=None, noun: str = "head", label: str = "pass",
+          log=print, prompts: int = 8) -> dict:
+    """Train the drafter `name` on the pair in `models` and record it: train(target, train_ids,
+    recipe, log) -> (drafter, history); losses(drafter, target, ids) -> its `count` loss terms
+    (per pass, head or mask: `label`); init(target, recipe), where given, the untrained start
+    whose held-out KL the entry keeps beside the trained one. The drafter is saved to
+    models/name in float16 and measured as saved, beside the small draft and the heads named in
+    `compare` that are already trained; its entry goes into the manifest's "heads"."""
+    from reference.heads.checkpoint import load_head, save_head
+    from reference.pretrained import load_dir
+
+    started = time.time()
+    torch.manual_seed(recipe.seed)
+    pair = load_dir(models)
+    target = pair.target
+    train_ids, held_ids = corpus_ids(pair, log)
+    untrained = None
+    if init is not None:
+        start = init(target, recipe)
+        untrained = held_out_kl(lambda ids: losses(start, target, ids), held_ids, recipe, count,
+                                chunk)
+        log(f"held-out KL(target || {noun}) by {label}, untrained: {untrained}")
+    t0 = time.time()
+    drafter, history = train(target, train_ids, recipe, log)
+    train_s = round(time.time() - t0, 1)
+    kl = held_out_kl(lambda ids: losses(drafter, target, ids), held_ids, recipe, count, chunk)
+    log(f"held-out KL(target || {noun}) by {label}: {kl}")
+
+    out = models / name
+    save_head(drafter, out, dtype=torch.float16)
+    drafts = {name: load_head(out, target), "small": pair.small}   # as saved (float16)
+    drafts |= {other: pair.head(other) for other in compare if pair.has_head(other)}
+    measured = measure_drafts(pair, drafts, prompts, log)
+    record = entry(what, drafter, recipe, history, kl, measured, train_s, started,
+                   convention=convention, untrained=untrained)
+    write_heads_entry(models, name, record)
+    log(f"wrote {out} in {time.time() - started:.0f} s")
+    return record
 
 
 def cli(prog: str, recipe, build, argv=None):

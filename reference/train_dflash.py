@@ -40,18 +40,16 @@ not touched.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from reference.heads.checkpoint import load_head, save_head
 from reference.heads.dflash import DFlashHead
 from reference.hidden import HiddenStates
-from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
-                               small_init, window_forward, write_heads_entry)
+from reference.distill import build as distill_build
+from reference.distill import cli, distill, small_init, window_forward
 
 # the outputs of target layers 0, 2, 4 of the 6-layer target: never the last (the docstring)
 HIDDEN = HiddenStates((0, 2, 4), "output")
@@ -148,37 +146,11 @@ def train_dflash(target, train_ids, recipe: DFlashRecipe, log=print,
 def build(models: Path, recipe: DFlashRecipe, log=print, prompts: int = 8) -> dict:
     """Train the drafter on the pair in `models`, save it to models/dflash, measure, and add the
     "dflash" key to the manifest's "heads" entry."""
-    from reference.pretrained import load_dir
-
-    started = time.time()
-    pair = load_dir(models)
-    target = pair.target
-    train_ids, held_ids = corpus_ids(pair, log)
-    start = init_head(target, recipe)
-    untrained = held_out_kl(lambda ids: dflash_losses(start, target, ids), held_ids, recipe,
-                            recipe.block_size - 1, chunk=8)
-    log(f"held-out KL(target || drafter) by mask, untrained: {untrained}")
-    t0 = time.time()
-    head, history = train_dflash(target, train_ids, recipe, log)
-    train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(lambda ids: dflash_losses(head, target, ids), held_ids, recipe,
-                     recipe.block_size - 1, chunk=8)
-    log(f"held-out KL(target || drafter) by mask: {kl}")
-
-    out = models / "dflash"
-    save_head(head, out, dtype=torch.float16)
-    drafts = {"dflash": load_head(out, target), "small": pair.small}   # dflash as saved
-    for name in ("eagle3", "mtp", "medusa"):
-        if pair.has_head(name):
-            drafts[name] = pair.head(name)
-    measured = measure_drafts(pair, drafts, prompts, log)
-
-    record = entry("a DFlash block drafter distilled from the target's layer outputs "
-                   "(python -m reference.train_dflash)", head, recipe, history, kl, measured,
-                   train_s, started, untrained=untrained)
-    write_heads_entry(models, "dflash", record)
-    log(f"wrote {out} in {time.time() - started:.0f} s")
-    return record
+    return distill_build(models, "dflash", "a DFlash block drafter distilled from the target's "
+                         "layer outputs (python -m reference.train_dflash)", recipe, train_dflash,
+                         dflash_losses, recipe.block_size - 1, init=init_head,
+                         compare=("eagle3", "mtp", "medusa"), chunk=8, noun="drafter",
+                         label="mask", log=log, prompts=prompts)
 
 
 def main(argv=None):

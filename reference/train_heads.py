@@ -23,16 +23,14 @@ prompts) with the new files' hashes. The target and the small draft are not touc
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
-                               small_init, window_forward, write_heads_entry)
-from reference.heads.checkpoint import load_head, save_head
+from reference.distill import build as distill_build
+from reference.distill import cli, distill, small_init, window_forward
 from reference.heads.eagle3 import Eagle3Head
 
 
@@ -142,32 +140,11 @@ def train_head(target, train_ids, recipe: HeadRecipe, log=print) -> tuple[Eagle3
 
 def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
     """Train the head on the pair in `models`, save it to models/eagle3, measure, and add the
-    "heads" entry to models/manifest.json."""
-    from reference.pretrained import load_dir
-
-    started = time.time()
-    torch.manual_seed(recipe.seed)
-    pair = load_dir(models)
-    target = pair.target
-    train_ids, held_ids = corpus_ids(pair, log)
-    t0 = time.time()
-    head, history = train_head(target, train_ids, recipe, log)
-    train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(lambda ids: head_losses(head, target, ids, recipe), held_ids, recipe,
-                     recipe.passes)
-    log(f"held-out KL(target || head) by pass: {kl}")
-
-    out = models / "eagle3"
-    save_head(head, out, dtype=torch.float16)
-    saved = load_head(out, target)          # measured as saved (float16 -> the target's dtype)
-    measured = measure_drafts(pair, {"eagle3": saved, "small": pair.small}, prompts, log)
-
-    record = entry("an EAGLE-3 head distilled from the target's hidden states "
-                   "(python -m reference.train_heads)", head, recipe, history, kl, measured,
-                   train_s, started)
-    write_heads_entry(models, "eagle3", record)
-    log(f"wrote {out} in {time.time() - started:.0f} s")
-    return record
+    "eagle3" key to the manifest's "heads" entry."""
+    return distill_build(models, "eagle3", "an EAGLE-3 head distilled from the target's hidden "
+                         "states (python -m reference.train_heads)", recipe, train_head,
+                         lambda head, target, ids: head_losses(head, target, ids, recipe),
+                         recipe.passes, log=log, prompts=prompts)
 
 
 def main(argv=None):

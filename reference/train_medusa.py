@@ -24,17 +24,15 @@ not touched.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from reference.heads.checkpoint import load_head, save_head
 from reference.heads.medusa import MedusaHeads
-from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
-                               window_forward, write_heads_entry)
+from reference.distill import build as distill_build
+from reference.distill import cli, distill, window_forward
 
 
 @dataclass(frozen=True)
@@ -95,36 +93,10 @@ def train_medusa(target, train_ids, recipe: MedusaRecipe, log=print) -> tuple:
 def build(models: Path, recipe: MedusaRecipe, log=print, prompts: int = 8) -> dict:
     """Train the heads on the pair in `models`, save them to models/medusa, measure, and add
     the "medusa" key to the manifest's "heads" entry."""
-    from reference.pretrained import load_dir
-
-    started = time.time()
-    pair = load_dir(models)
-    target = pair.target
-    train_ids, held_ids = corpus_ids(pair, log)
-    start = init_heads(target, recipe)
-    untrained = held_out_kl(lambda ids: medusa_losses(start, target, ids), held_ids, recipe,
-                            recipe.heads)
-    log(f"held-out KL(target || head) by head, untrained: {untrained}")
-    t0 = time.time()
-    heads, history = train_medusa(target, train_ids, recipe, log)
-    train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(lambda ids: medusa_losses(heads, target, ids), held_ids, recipe,
-                     recipe.heads)
-    log(f"held-out KL(target || head) by head: {kl}")
-
-    out = models / "medusa"
-    save_head(heads, out, dtype=torch.float16)
-    drafts = {"medusa": load_head(out, target), "small": pair.small}   # medusa as saved
-    if pair.has_head("eagle3"):
-        drafts["eagle3"] = pair.head("eagle3")
-    measured = measure_drafts(pair, drafts, prompts, log)
-
-    record = entry("Medusa heads distilled from the target's normed last hidden state "
-                   "(python -m reference.train_medusa)", heads, recipe, history, kl, measured,
-                   train_s, started, untrained=untrained)
-    write_heads_entry(models, "medusa", record)
-    log(f"wrote {out} in {time.time() - started:.0f} s")
-    return record
+    return distill_build(models, "medusa", "Medusa heads distilled from the target's normed last "
+                         "hidden state (python -m reference.train_medusa)", recipe, train_medusa,
+                         medusa_losses, recipe.heads, init=init_heads, compare=("eagle3",),
+                         label="head", log=log, prompts=prompts)
 
 
 def main(argv=None):

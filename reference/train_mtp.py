@@ -33,17 +33,15 @@ touched.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from reference.heads.base import lead_pairs
-from reference.heads.checkpoint import load_head, save_head
 from reference.heads.mtp import MTPLayer
 from reference.hidden import last_layer
-from reference.distill import (cli, corpus_ids, distill, entry, held_out_kl, measure_drafts,
-                               small_init, window_forward, write_heads_entry)
+from reference.distill import build as distill_build
+from reference.distill import cli, distill, small_init, window_forward
 from reference.train_heads import HeadRecipe, PassCache, pass_kl, pass_mask
 
 # the EAGLE-3 head's recipe (600 steps) with four passes, k = 4: about 1 s a step on one thread
@@ -111,34 +109,13 @@ def train_layer(target, train_ids, recipe: HeadRecipe, log=print) -> tuple:
 def build(models: Path, recipe: HeadRecipe, log=print, prompts: int = 8) -> dict:
     """Train the layer on the pair in `models`, save it to models/mtp, measure, and add the
     "mtp" key to the manifest's "heads" entry."""
-    from reference.pretrained import load_dir
-
-    started = time.time()
-    torch.manual_seed(recipe.seed)
-    pair = load_dir(models)
-    target = pair.target
-    train_ids, held_ids = corpus_ids(pair, log)
-    t0 = time.time()
-    layer, history = train_layer(target, train_ids, recipe, log)
-    train_s = round(time.time() - t0, 1)
-    kl = held_out_kl(lambda ids: mtp_losses(layer, target, ids, recipe), held_ids, recipe,
-                     recipe.passes)
-    log(f"held-out KL(target || layer) by pass: {kl}")
-
-    out = models / "mtp"
-    save_head(layer, out, dtype=torch.float16)
-    drafts = {"mtp": load_head(out, target), "small": pair.small}   # the layer as saved
-    if pair.has_head("eagle3"):
-        drafts["eagle3"] = pair.head("eagle3")
-    measured = measure_drafts(pair, drafts, prompts, log)
-
-    record = entry("one MTP layer distilled from the target's normed last hidden state, in "
-                   "llama.cpp's draft-mtp convention (python -m reference.train_mtp)", layer,
-                   recipe, history, kl, measured, train_s, started,
-                   convention=CONVENTION | {"mask0": False})
-    write_heads_entry(models, "mtp", record)
-    log(f"wrote {out} in {time.time() - started:.0f} s")
-    return record
+    return distill_build(models, "mtp", "one MTP layer distilled from the target's normed last "
+                         "hidden state, in llama.cpp's draft-mtp convention (python -m "
+                         "reference.train_mtp)", recipe, train_layer,
+                         lambda layer, target, ids: mtp_losses(layer, target, ids, recipe),
+                         recipe.passes, compare=("eagle3",),
+                         convention=CONVENTION | {"mask0": False}, noun="layer", log=log,
+                         prompts=prompts)
 
 
 def main(argv=None):
