@@ -154,3 +154,21 @@ def committed_entry(kind: str) -> dict:
     for t in ("T=0", "T=1"):
         assert 0 < entry["acceptance"][kind][t]["acceptance"] <= 1
     return entry
+
+
+def reproduces_recorded_acceptance(pair, head, kind: str) -> dict:
+    """The committed head of `kind`, loaded as the engines' replays load it, drafts the target's
+    own greedy output and gives its manifest entry's T = 0 figures exactly (the held-out
+    prompts, tokens and k recorded there: accepted per position, reach, tokens per target
+    call), every draft position reached at least once."""
+    from reference import acceptance
+    from reference.speculative import greedy_generate, speculative_generate
+    prompt = pair.prompts()[0]
+    assert speculative_generate(pair.target, head, prompt, 24, k=4)[0] == \
+        greedy_generate(pair.target, prompt, 24)
+    recorded = committed_entry(kind)["acceptance"][kind]["T=0"]
+    measured = acceptance.measure(pair.target, head, pair.prompts()[:recorded["prompts"]],
+                                  recorded["max_new_tokens"], recorded["k"], 0.0)
+    assert measured == recorded
+    assert sum(measured["reached"][1:]) > 0     # proposals 2 .. k are reached and judged too
+    return measured

@@ -14,10 +14,9 @@ from reference.heads.random import randomize
 from reference.heads.replay import round_logits
 from reference.hidden import HiddenStates
 from reference.pretrained import TRAINED_DIR
-from reference.speculative import greedy_generate, speculative_generate
 from reference.train_dflash import (DFlashRecipe, block_logits, dflash_losses, init_head,
                                     train_dflash)
-from tests.heads_by_hand import committed_entry, small_target
+from tests.heads_by_hand import committed_entry, reproduces_recorded_acceptance, small_target
 
 HEAD_DIR = TRAINED_DIR / "dflash"
 needs_head = pytest.mark.skipif(not (HEAD_DIR / "model.safetensors").is_file(),
@@ -114,20 +113,7 @@ def test_the_committed_drafter_beats_its_start_on_held_out_text(trained):
 
 @needs_head
 def test_the_committed_drafter_reproduces_the_manifests_greedy_acceptance(trained):
-    """The committed drafter, loaded as the engines' replays load it, drafts the target's own
-    greedy output and gives the manifest's T = 0 figures exactly (8 held-out prompts, 64 tokens,
-    k = 4: accepted per position, reach, tokens per target call)."""
-    from reference import acceptance
-    pair, head = trained
-    prompt = pair.prompts()[0]
-    assert speculative_generate(pair.target, head, prompt, 24, k=4)[0] == \
-        greedy_generate(pair.target, prompt, 24)
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    recorded = manifest["heads"]["dflash"]["acceptance"]["dflash"]["T=0"]
-    measured = acceptance.measure(pair.target, head, pair.prompts()[:recorded["prompts"]],
-                                  recorded["max_new_tokens"], recorded["k"], 0.0)
-    assert measured == recorded
-    assert sum(measured["reached"][1:]) > 0     # masks 2 .. 4 are reached and judged too
+    reproduces_recorded_acceptance(*trained, "dflash")
 
 
 @needs_head

@@ -10,9 +10,8 @@ from fast.testing import one_thread
 from reference.heads.checkpoint import load_head
 from reference.heads.replay import round_logits
 from reference.pretrained import TRAINED_DIR
-from reference.speculative import greedy_generate, speculative_generate
 from reference.train_medusa import MedusaRecipe, init_heads, medusa_losses, train_medusa
-from tests.heads_by_hand import committed_entry, small_target
+from tests.heads_by_hand import committed_entry, reproduces_recorded_acceptance, small_target
 
 HEAD_DIR = TRAINED_DIR / "medusa"
 needs_heads = pytest.mark.skipif(not (HEAD_DIR / "model.safetensors").is_file(),
@@ -90,20 +89,7 @@ def test_the_committed_heads_beat_their_start_on_held_out_text(trained):
 
 @needs_heads
 def test_the_committed_heads_reproduce_the_manifests_greedy_acceptance(trained):
-    """The committed heads, loaded as the engines' replays load them, draft the target's own
-    greedy output and give the manifest's T = 0 figures exactly (8 held-out prompts, 64 tokens,
-    k = 4: accepted per position, reach, tokens per target call)."""
-    from reference import acceptance
-    pair, heads = trained
-    prompt = pair.prompts()[0]
-    assert speculative_generate(pair.target, heads, prompt, 24, k=4)[0] == \
-        greedy_generate(pair.target, prompt, 24)
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    recorded = manifest["heads"]["medusa"]["acceptance"]["medusa"]["T=0"]
-    measured = acceptance.measure(pair.target, heads, pair.prompts()[:recorded["prompts"]],
-                                  recorded["max_new_tokens"], recorded["k"], 0.0)
-    assert measured == recorded
-    assert sum(measured["reached"][1:]) > 0     # heads 2 .. 4 are reached and judged too
+    reproduces_recorded_acceptance(*trained, "medusa")
 
 
 @needs_heads

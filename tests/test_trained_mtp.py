@@ -1,8 +1,6 @@
 """The MTP layer trained on the committed trained target (reference/train_mtp.py,
 reference/trained/mtp, make models-heads) and llama.cpp's method `mtp-trained`."""
 
-import json
-
 import pytest
 import torch
 
@@ -15,7 +13,7 @@ from reference.pretrained import TRAINED_DIR
 from reference.distill import window_forward
 from reference.train_heads import HeadRecipe
 from reference.train_mtp import CONVENTION, init_layer, pass_logits, train_layer
-from tests.heads_by_hand import committed_entry, small_target
+from tests.heads_by_hand import committed_entry, reproduces_recorded_acceptance, small_target
 
 LAYER_DIR = TRAINED_DIR / "mtp"
 needs_layer = pytest.mark.skipif(not (LAYER_DIR / "model.safetensors").is_file(),
@@ -88,20 +86,10 @@ def test_the_committed_layer_is_in_the_manifest():
 
 @needs_layer
 def test_the_committed_layer_reproduces_the_manifests_greedy_acceptance():
-    """Through the reference MTP proposer (reference.speculative with the layer as the draft),
-    greedy decoding of the manifest's held-out prompts gives exactly its T=0 counts: what the
-    proposals reached and accepted at each draft position, and the tokens per target call."""
-    from reference import acceptance
+    """Through the reference MTP proposer (reference.speculative with the layer as the draft)."""
     from reference.pretrained import load
     pair = load()
-    manifest = json.loads((TRAINED_DIR / "manifest.json").read_text())
-    recorded = manifest["heads"]["mtp"]["acceptance"]["mtp"]["T=0"]
-    layer = load_head(LAYER_DIR, pair.target)
-    prompts = pair.prompts()[:recorded["prompts"]]
-    got = acceptance.measure(pair.target, layer, prompts, recorded["max_new_tokens"],
-                             recorded["k"], 0.0)
-    for key in ("reached", "by_position", "acceptance", "tokens_per_target_call"):
-        assert got[key] == recorded[key], key
+    reproduces_recorded_acceptance(pair, load_head(LAYER_DIR, pair.target), "mtp")
 
 
 @needs_layer
