@@ -103,7 +103,7 @@ needs_head = pytest.mark.skipif(not (HEAD_DIR / "model.safetensors").is_file(),
 def trained():
     from reference.pretrained import load
     pair = load()
-    return pair, load_head(HEAD_DIR, pair.target)
+    return pair, pair.head("eagle3")
 
 
 @needs_head

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from fast.testing import one_thread
-from reference.heads.checkpoint import load_head
 from reference.heads.dflash import DFlashHead
 from reference.heads.random import randomize
 from reference.heads.replay import round_logits
@@ -83,7 +82,7 @@ def test_a_short_training_run_lowers_the_kl():
 def trained():
     from reference.pretrained import load
     pair = load()
-    return pair, load_head(HEAD_DIR, pair.target)
+    return pair, pair.head("dflash")
 
 
 @needs_head

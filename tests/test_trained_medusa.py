@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from fast.testing import one_thread
-from reference.heads.checkpoint import load_head
 from reference.heads.replay import round_logits
 from reference.pretrained import TRAINED_DIR
 from reference.train_medusa import MedusaRecipe, init_heads, medusa_losses, train_medusa
@@ -61,7 +60,7 @@ def test_a_short_training_run_lowers_the_kl():
 def trained():
     from reference.pretrained import load
     pair = load()
-    return pair, load_head(HEAD_DIR, pair.target)
+    return pair, pair.head("medusa")
 
 
 @needs_heads

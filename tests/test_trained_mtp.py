@@ -89,7 +89,7 @@ def test_the_committed_layer_reproduces_the_manifests_greedy_acceptance():
     """Through the reference MTP proposer (reference.speculative with the layer as the draft)."""
     from reference.pretrained import load
     pair = load()
-    reproduces_recorded_acceptance(pair, load_head(LAYER_DIR, pair.target), "mtp")
+    reproduces_recorded_acceptance(pair, pair.head("mtp"), "mtp")
 
 
 @needs_layer
