@@ -189,6 +189,12 @@ class Dialect:
                        answers, f"{after.source} counters over {len(requests)} {kind}requests",
                        rounds)
 
+    def for_pair(self, models: str) -> "Dialect":
+        """This dialect for requests on the trained pair `models` names ("kit": the kit's own
+        models): token ids need nothing of the pair, so itself; a dialect that speaks text
+        (transformers serve) returns one that goes through the pair's tokenizer."""
+        return self
+
     def counters_missing(self, client) -> str | None:
         """Why the engine's speculation counters cannot be read (a check that needs them
         cannot judge), or None. An engine that declares counters gets None: failing to read

@@ -257,10 +257,9 @@ def check(engine, method, spec_url: str, base_url: str | None, say=print,
 
 def dialect_for(engine, method, models: str = "trained"):
     """The dialect of requests to `engine`'s server of `method` (None: the baseline) on the
-    pair `models` names: a text-only dialect sends and reads its texts through the pair's
-    tokenizer (its `for_pair`), the others send token ids and need nothing."""
-    dialect = engine.dialect_for(method)
-    return dialect.for_pair(models) if hasattr(dialect, "for_pair") else dialect
+    pair `models` names (Dialect.for_pair: a text-only dialect reads its texts through the
+    pair's tokenizer, the others are themselves)."""
+    return engine.dialect_for(method).for_pair(models)
 
 
 def totals(requests: list, replayed: bool) -> dict:
