@@ -351,10 +351,15 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
     // An EAGLE-3 head's layer (fast/head.py): the residual stream starts as pair_h [B, T, hidden]
     // instead of the embedding, and the first layer's q/k/v read the pair [input_norm(embedding),
     // pair_norm(pair_h)], 2 * hidden wide.
-    const bool pair = pair_h.has_value();
-    if (pair && (L < 1 || !float_tensor(*pair_h, type, 3) || pair_h->size(0) != B ||
-                 pair_h->size(1) != Tn || pair_h->size(2) != hidden || !pair_norm ||
-                 !float_tensor(*pair_norm, type, 1) || pair_norm->size(0) != hidden))
+    // An MTP layer's block (fast/mtp.py): pair_h without pair_norm. The stream starts as pair_h
+    // (eh_proj's output, which the caller computes with the few-row kernel) and every layer reads
+    // it as a decoder layer reads its stream; ids are then read for nothing but the range check.
+    const bool starts = pair_h.has_value();
+    const bool pair = starts && pair_norm.has_value();
+    if (starts && (L < 1 || !float_tensor(*pair_h, type, 3) || pair_h->size(0) != B ||
+                   pair_h->size(1) != Tn || pair_h->size(2) != hidden))
+        return std::nullopt;
+    if (pair && (!float_tensor(*pair_norm, type, 1) || pair_norm->size(0) != hidden))
         return std::nullopt;
     int64_t I = -1;
     for (int64_t l = 0; l < L; ++l) {
@@ -420,9 +425,9 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
                     std::copy_n(x + r * hidden, hidden, kept + (r * n_states + i) * hidden);
     };
     const T* table = embed.data_ptr<T>();
-    const T* start = pair ? pair_h->data_ptr<T>() : nullptr;
+    const T* start = starts ? pair_h->data_ptr<T>() : nullptr;
     for (int64_t r = 0; r < R; ++r)
-        std::copy_n(pair ? start + r * hidden : table + id[r] * hidden, hidden, x + r * hidden);
+        std::copy_n(starts ? start + r * hidden : table + id[r] * hidden, hidden, x + r * hidden);
 
     // Scratch for one layer, reused by every layer: rows are the B * T fed tokens.
     std::vector<T> h(R * hidden * (pair ? 2 : 1)), qkv(R * QKV), attended(R * H * D), sum(R * hidden),
@@ -535,7 +540,8 @@ std::optional<torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& 
 // The decoder layers' output x [B, T, hidden] (after final_norm where one is given; an empty
 // [B, T, 0] when cache_only), or nothing where the contract at the top of this file does not hold.
 // states, features: the residual streams after states[i] layers, copied into features' blocks.
-// pair_h, pair_norm: an EAGLE-3 head's layer (the stream starts as pair_h; q/k/v read the pair).
+// pair_h, pair_norm: an EAGLE-3 head's layer (the stream starts as pair_h; q/k/v read the pair);
+// pair_h alone: an MTP layer's block (the stream starts as pair_h; the layers are plain).
 // Keys/values of the fed tokens are written into the given per-layer cache tensors
 // [max_batch, KV, capacity, D] at `slots`.
 std::optional<torch::Tensor> decoder_layers(

@@ -10,7 +10,8 @@ too: on a draft step of a small model the few torch operations around the layers
 than the layers (BENCHMARKS.md, issue 24). For a feature-level head (fast/head.py) the call
 also copies out the residual streams the head reads (`states`), and runs the head's own layer
 (`pair`): an EAGLE-3 layer is a decoder layer whose stream starts as the feature and whose
-q/k/v read [embedding, feature], so it needs no kernel of its own.
+q/k/v read [embedding, feature], so it needs no kernel of its own. An MTP layer's block
+(fast/mtp.py) is a plain decoder layer whose stream starts as eh_proj's output (`start`).
 
 It applies on a CPU to float32 and float64 weights and steps of at most 1024 fed tokens in all
 (a decode step, a draft step, a verify, a tree of a batch, most prefills); longer prefills, other
@@ -55,14 +56,19 @@ def _flat(weights) -> list:
 
 def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotary,
                    final_norm: bool = False, cache_only: bool = False, states=None,
-                   features=None, pair=None):
+                   features=None, pair=None, start=None):
     """x [B, T, hidden] after every decoder layer (and the model's final norm when final_norm;
     an empty [B, T, 0] when cache_only), keys/values written to `cache`; or None where the fused
     call does not apply (module docstring). states, features: the residual streams after
     states[i] layers copied into features [B, T, n * hidden] (fast/forward.py's forward).
     pair: (h [B, T, hidden], hidden_norm [hidden]) for an EAGLE-3 head's layer (fast/head.py):
     the stream starts as h, and the first layer's q/k/v read [input_norm(embedding),
-    hidden_norm(h)]."""
+    hidden_norm(h)]. start: x [B, T, hidden] for an MTP layer's block (fast/mtp.py): the stream
+    starts as x instead of the embedding of ids (ids are then only range-checked); not with
+    pair."""
+    if pair is not None and start is not None:
+        raise ValueError("decoder_layers: pair (an EAGLE-3 layer) and start (an MTP block) are "
+                         "two modes; give one")
     if (not _switch.on or ids.device.type != "cpu" or ids.numel() > MAX_ROWS
             or weights.dtype not in (torch.float32, torch.float64)):
         return None
@@ -70,6 +76,10 @@ def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotar
     if module is None:
         return None
     s = weights.shape
+    # the kernel tells the modes apart by the norm: the stream's start alone is the MTP block's
+    first, second = (None, None) if pair is None else (pair[0].contiguous(), pair[1])
+    if start is not None:
+        first = start.contiguous()
     cos, sin = rotary
     # The kernel reads its index tensors and the mask row by row; window_mask's result is laid
     # out [T, B, span] in memory (a transposed operand), and a caller's ids may be a broadcast.
@@ -78,9 +88,7 @@ def decoder_layers(weights, cache, ids, slots, positions, mask, span: int, rotar
                                  mask.contiguous(), span, cos, sin, s.num_heads,
                                  s.num_kv_heads, s.head_dim, s.eps,
                                  weights.norm if final_norm else None, cache_only,
-                                 list(states or ()), features,
-                                 None if pair is None else pair[0].contiguous(),
-                                 None if pair is None else pair[1])
+                                 list(states or ()), features, first, second)
 
 
 def window_mask(window_start: torch.Tensor, visibility: torch.Tensor, span: int):
