@@ -143,6 +143,11 @@ class MTPDrafter(HeadDrafter):
         self.weights = mtp_weights(layer)
         self.vocab_size = layer.config.vocab_size
         self.lead = int(layer.lead)
+        self.embedding_first = layer.order == "embedding-first"
+        # the norms of eh_proj's two halves, in its order: [2, H]
+        w = self.weights
+        self.pair_norms = torch.stack([w.enorm, w.hnorm] if self.embedding_first
+                                      else [w.hnorm, w.enorm])
         self.states = None          # residual-state indices the target's forwards return
         self.cache = None
 
@@ -257,11 +262,15 @@ class MTPDrafter(HeadDrafter):
     def _input(self, tokens, h, slots):
         """x [B, T, H] = eh_proj of the pair (tokens [B, T], h [B, T, H]) at slots [B, T]."""
         w = self.weights
+        B, T, H = h.shape
         e = F.embedding(tokens, w.block.embed)                                 # [B, T, H]
         if self.layer.mask0:    # vLLM: the pair at position 0 without its embedding
             e = torch.where((slots == 0)[..., None], torch.zeros_like(e), e)
-        e, n = rms_norm(e, w.enorm, self.eps), rms_norm(h, w.hnorm, self.eps)
-        pair = torch.cat([e, n] if self.layer.order == "embedding-first" else [n, e], -1)
+        # both halves normed by one rms_norm over [B, T, 2, H] (each half by its own rms and
+        # weight, the same arithmetic as two calls): a step's few torch operations cost more
+        # than its arithmetic here
+        pair = torch.stack([e, h] if self.embedding_first else [h, e], 2)     # [B, T, 2, H]
+        pair = rms_norm(pair, self.pair_norms, self.eps).view(B, T, 2 * H)
         return linear(pair, w.eh_proj)                                         # [B, T, H]
 
     def _step(self, tokens, h, start, bound: int, at):

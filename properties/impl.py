@@ -3,8 +3,9 @@
 NAME is one of
 
 * ``reference`` (module ``reference.speculative``), ``fast`` (module ``fast``), ``fast-eager``
-  (module ``fast.eager``: the fast engine without its fused CPU step) or ``fast-head`` (module
-  ``fast.head_kit``: the fast engine drafting with an EAGLE-3 head of the target);
+  (module ``fast.eager``: the fast engine without its fused CPU step), ``fast-head`` (module
+  ``fast.head_kit``: the fast engine drafting with an EAGLE-3 head of the target) or
+  ``fast-mtp`` (module ``fast.mtp_kit``: the same with an MTP layer of the target);
 * a dotted module name, e.g. ``mypkg.spec``;
 * a path to a ``.py`` file, e.g. ``engine/speculative.py``;
 * any of those followed by ``:ATTR``, where ATTR names an attribute of the module: a class
@@ -43,6 +44,8 @@ ALIASES = {"reference": "reference.speculative", "fast": "fast",
            "fast-eager": "fast.eager",
            # the fast engine drafting with an EAGLE-3 head of the target (fast/head_kit.py)
            "fast-head": "fast.head_kit",
+           # the fast engine drafting with an MTP layer of the target (fast/mtp_kit.py)
+           "fast-mtp": "fast.mtp_kit",
            # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
            "transformers": "properties.adapters.transformers",
            "transformers-lookup": "properties.adapters.transformers:PromptLookup",

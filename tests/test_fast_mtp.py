@@ -17,7 +17,7 @@ from reference.heads.proposer import head_proposer
 from reference.heads.random import random_head
 from reference.heads.replay import round_logits
 from reference.hidden import forward_hidden, last_layer
-from reference.model import random_model
+from reference.model import Config, random_model
 from tests.heads_by_hand import small_target
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [40, 40, 7, 40, 40, 7], [63, 0, 31, 32, 8, 8, 8, 20, 11], [9, 3]]
@@ -281,3 +281,23 @@ def test_the_weight_bound_pairs_trained_layer_drafts_as_recorded():
     per_call = sum(map(len, outputs)) / stats["row_rounds"]
     assert abs(per_call - recorded["tokens_per_target_call"]) <= 0.02, \
         (per_call, recorded["tokens_per_target_call"])
+
+
+def test_the_kit_impl_drafts_with_the_targets_trained_layer_where_one_fits():
+    """--impl=fast-mtp (fast/mtp_kit.py): the committed trained target gets its trained MTP
+    layer, a kit target of other shapes a random one in the same convention; one per target,
+    kept."""
+    from fast import mtp_kit
+    pretrained = pytest.importorskip("reference.pretrained")
+    pair = pretrained.load(torch.float64)
+    if not pair.has_head("mtp"):
+        pytest.skip("reference/trained/mtp is not trained (make models-heads)")
+    layer = mtp_kit.layer_for(pair.target)
+    assert torch.equal(layer.eh_proj.weight, pair.head("mtp").eh_proj.weight)
+    assert mtp_kit.layer_for(pair.target) is layer
+    shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
+    made = mtp_kit.layer_for(shallow)
+    assert (made.hidden, made.lead, made.recycle) == (last_layer(2, normed=True), True, "normed")
+    assert "perfect_draft" in mtp_kit.KIT_NOT_APPLICABLE
+    outputs, _ = mtp_kit.batched_generate(shallow, None, PROMPTS[:2], 6, k=3)
+    assert outputs == [target_greedy(shallow, p, 6) for p in PROMPTS[:2]]
