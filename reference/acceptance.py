@@ -55,10 +55,10 @@ class _Recorded(torch.nn.Module):
         self.events.append(("call", cache.length, ids.shape[1]))
         return self.inner(ids, cache, positions, mask)
 
-    def forward_hidden(self, ids, cache, hidden):
+    def forward_hidden(self, ids, cache, hidden, positions=None, mask=None):
         # a head's target forward (its hidden states too): recorded as a call like forward
         self.events.append(("call", cache.length, ids.shape[1]))
-        return self.inner.forward_hidden(ids, cache, hidden)
+        return self.inner.forward_hidden(ids, cache, hidden, positions, mask)
 
 
 def rounds_of(events) -> list[tuple[int, int, int]]:

@@ -37,7 +37,9 @@ ITS children are drawn (its subtree's shape), which is fixed before they are dra
 never influences the shape.
 
 The drafter is anything that gives next-token logits for a level of nodes, given the tree so
-far (node_logits below): a draft model with the tree mask today, a feature-level head later.
+far (node_logits below): a draft model with the tree mask (ModelTree), or a chained head (EAGLE,
+EAGLE-3, MTP; HeadTree, reference/heads/tree.py) reading the head's own output at the node's
+parent, as EAGLE-2 drafts.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from dataclasses import dataclass
 import torch
 
 from reference.committed import Committed
+from reference.heads import is_head
+from reference.hidden import forward_hidden
 from reference.sampling import Sampler, SamplingParams
 from reference.tree import Tree, greedy_path, keep_path, sampled_path, top_tokens
 
@@ -172,29 +176,84 @@ def sampler_children(sampler):
 def dynamic_tree_generate(target, draft, ids, max_new_tokens, stop, tree="dynamic",
                           temperature=0.0, top_k=0, top_p=1.0, generator=None):
     """Speculative decoding with a dynamic tree per round; ids [P] on the target's device
-    (checked by the caller). Greedy at temperature 0, else exact sampling."""
+    (checked by the caller). Greedy at temperature 0, else exact sampling. draft: a model, or a
+    chained head (EAGLE, EAGLE-3, MTP: reference/heads/tree.py) fed the target's own features."""
     spec = as_dynamic_tree(tree)
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), generator)
     device = ids.device
     capacity = ids.numel() + max_new_tokens + spec.budget + 1
-    t_cache, d_cache = target.new_cache(1, capacity), draft.new_cache(1, capacity)
+    t_cache = target.new_cache(1, capacity)
+    drafter = (HeadTree(target, draft, t_cache, capacity, sampler, device) if is_head(draft)
+               else ModelTree(target, draft, t_cache, capacity, device))
     if ids.numel() > 1:
-        target(ids[None, :-1], t_cache)
-        draft(ids[None, :-1], d_cache)
+        drafter.prefill(ids)
     seq = Committed(ids.tolist(), max_new_tokens, stop)
     while not seq.done:
         base = t_cache.length
-        shape, grown, q_at = grow(spec, seq.context[-1],
-                                  model_node_logits(draft, d_cache, base, device),
-                                  sampler_children(sampler))
+        shape, grown, q_at = drafter.grow(spec, seq.context, sampler_children(sampler))
         every = list(range(shape.size))
-        target_logits = target(torch.tensor([grown], device=device), t_cache,
-                               shape.positions(every, base, device),
-                               shape.mask(every, base, device))[0]             # [size, V]
+        target_logits = drafter.verify(torch.tensor([grown], device=device),
+                                       shape.positions(every, base, device),
+                                       shape.mask(every, base, device))              # [size, V]
         if sampler.greedy:
             path, after = greedy_path(shape, grown, target_logits)
         else:
             path, after = sampled_path(shape, grown, q_at, target_logits, sampler)
-        keep_path(shape, grown, path, base, t_cache, draft, d_cache, device)
+        drafter.keep(shape, grown, path, base)
         seq.add([grown[i] for i in path] + [after], len(path), shape.depth_max)
     return seq.output, seq.stats()
+
+
+class ModelTree:
+    """A draft model growing the tree: its own cache, fed every level but the deepest."""
+
+    def __init__(self, target, draft, t_cache, capacity, device):
+        self.target, self.draft, self.t_cache, self.device = target, draft, t_cache, device
+        self.d_cache = draft.new_cache(1, capacity)
+
+    def prefill(self, ids):
+        self.target(ids[None, :-1], self.t_cache)
+        self.draft(ids[None, :-1], self.d_cache)
+
+    def grow(self, spec, context, children_of):
+        node_logits = model_node_logits(self.draft, self.d_cache, self.t_cache.length, self.device)
+        return grow(spec, context[-1], node_logits, children_of)
+
+    def verify(self, ids, positions, mask):
+        return self.target(ids, self.t_cache, positions, mask)[0]
+
+    def keep(self, shape, grown, path, base):
+        keep_path(shape, grown, path, base, self.t_cache, self.draft, self.d_cache, self.device)
+
+
+class HeadTree:
+    """A chained head growing the tree (reference/heads/tree.py): every target forward returns
+    the features the head reads; the head's cache holds verified pairs only between rounds."""
+
+    def __init__(self, target, head, t_cache, capacity, sampler, device):
+        from reference.heads.tree import TreeHeadProposer
+        self.target, self.t_cache = target, t_cache
+        self.proposer = TreeHeadProposer(head, capacity, sampler, device)
+
+    def forward(self, ids, positions=None, mask=None):
+        logits, features = forward_hidden(self.target, ids, self.t_cache, self.proposer.hidden,
+                                          positions, mask)
+        self.proposer.saw(features[0])
+        return logits[0]
+
+    def prefill(self, ids):
+        self.forward(ids[None, :-1])
+        self.proposer.prefill(ids)
+
+    def grow(self, spec, context, children_of):
+        if not self.proposer.start_round(context):      # no verified feature: the root alone
+            return Tree.from_parents([-1]), [context[-1]], {}
+        return grow(spec, context[-1], self.proposer.node_logits, children_of)
+
+    def verify(self, ids, positions, mask):
+        return self.forward(ids, positions, mask)
+
+    def keep(self, shape, grown, path, base):
+        self.t_cache.move([base + i for i in path], base + 1)
+        self.t_cache.truncate(base + 1 + len(path))
+        self.proposer.commit(path)

@@ -77,13 +77,14 @@ def last_layer(num_layers: int, normed: bool = False) -> HiddenStates:
     return HiddenStates((num_layers - 1,), "output", normed)
 
 
-def forward_hidden(target, ids, cache, hidden: HiddenStates):
+def forward_hidden(target, ids, cache, hidden: HiddenStates, positions=None, mask=None):
     """The target's verify forward that also returns the hidden states `hidden` names:
-    (logits [B, T, V], features [B, T, hidden.width(H)]). The target's own method
+    (logits [B, T, V], features [B, T, hidden.width(H)]); positions and mask as the target's
+    forward takes them (a tree's verify). The target's own method
     (reference.model.Qwen3.forward_hidden); a target without one cannot feed a head."""
     method = getattr(target, "forward_hidden", None)
     if method is None:
         raise ValueError(f"a feature-level head needs the target's hidden states, and target "
                          f"{type(target).__name__} has no forward_hidden(ids, cache, hidden) "
                          f"(reference.model.Qwen3 has)")
-    return method(ids, cache, hidden)
+    return method(ids, cache, hidden, positions, mask)

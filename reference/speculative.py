@@ -66,9 +66,9 @@ def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, tempera
     lookup, head = isinstance(draft, PromptLookup), is_head(draft)
     if not lookup:
         check_same_vocabulary(draft, target)
-    if tree and head:
+    if tree and head and not is_grown(tree):
         raise ValueError(f"tree={tree!r} needs a model draft; a {type(draft).__name__} drafts "
-                         f"a chain (leave tree=False)")
+                         f"a chain or a dynamic tree (tree='dynamic' or a DynamicTree)")
     if tree:
         return _hand_off_to_tree(target, draft, ids, max_new_tokens, stop, tree, adaptive,
                                  temperature, top_k, top_p, generator)
@@ -179,11 +179,15 @@ def accept_or_correct(p, q, token, generator=None):
 
 # --- tree verification (tree.py) -------------------------------------------------------------
 
+def is_grown(tree) -> bool:
+    """A tree grown per round ("dynamic" or a DynamicTree) rather than a fixed shape."""
+    return (isinstance(tree, str) and tree == "dynamic") or hasattr(tree, "budget")
+
+
 def _tree_generate(target, draft, ids, max_new_tokens, stop, tree, *sampling):
     """A tree of a fixed shape (reference/tree.py), or one grown every round where the draft is
     confident ("dynamic" or a DynamicTree: reference/dynamic_tree.py)."""
-    grown = tree == "dynamic" or hasattr(tree, "budget")
-    run = dynamic_tree_generate if grown else fixed_tree_generate
+    run = dynamic_tree_generate if is_grown(tree) else fixed_tree_generate
     return run(target, draft, ids, max_new_tokens, stop, tree, *sampling)
 
 
@@ -210,9 +214,10 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=CHAPTER_TREE, 
     """
     ids, stop = check_generate_args(target, prompt_ids, max_new_tokens, stop_ids)
     check_sampling_args(temperature, top_k, top_p)
-    if isinstance(draft, PromptLookup) or is_head(draft):
+    if isinstance(draft, PromptLookup) or (is_head(draft) and not is_grown(tree)):
         raise ValueError(f"tree_generate needs a model draft (it ranks and samples the draft's "
-                         f"distributions), got a {type(draft).__name__}")
+                         f"distributions), or a chained head with a dynamic tree, got a "
+                         f"{type(draft).__name__} with tree={tree!r}")
     check_same_vocabulary(draft, target)
     return _tree_generate(target, draft, ids.to(device_of(target)), max_new_tokens, stop, tree,
                           temperature, top_k, top_p, generator)

@@ -27,16 +27,18 @@ def new_cache(config, capacity: int, like: torch.Tensor) -> KVCache:
                    like.device)
 
 
-def check_pairs(tokens, h, width: int, cache, vocab_size: int, name: str):
+def check_pairs(tokens, h, width: int, cache, vocab_size: int, name: str, positions=None,
+                mask=None):
     """Check a chained head's input -- tokens [B, T] and h [B, T, width] -- and return the
-    positions [B, T] and causal mask [B, T, S] of the pairs (cache.length + t)."""
+    positions [B, T] and mask [B, T, S] of the pairs: by default cache.length + t and causal;
+    a tree's level gives its own (reference/heads/tree.py)."""
     if not torch.is_tensor(h) or h.dim() != 3 or h.shape[-1] != width:
         raise ValueError(f"{name}: h must be [batch, tokens, {width}], got "
                          f"{tuple(getattr(h, 'shape', ())) or type(h).__name__}")
     if torch.is_tensor(tokens) and tuple(tokens.shape) != tuple(h.shape[:2]):
         raise ValueError(f"{name}: tokens {tuple(tokens.shape)} and h {tuple(h.shape)} must "
                          f"pair up one to one ([batch, tokens])")
-    return prepare_inputs(tokens, cache, None, None, vocab_size)
+    return prepare_inputs(tokens, cache, positions, mask, vocab_size)
 
 
 def lead_pairs(head) -> int:

@@ -43,11 +43,13 @@ class EagleHead(nn.Module):
         """The target's features [B, T, H] as the head's h: used as they are."""
         return features
 
-    def forward(self, tokens, h, cache):
+    def forward(self, tokens, h, cache, positions=None, mask=None):
         """tokens [B, T] (t_{j+1}), h [B, T, H] (f_j or the head's own g_{j-1}) at positions
-        cache.length + t -> (logits [B, T, V] for t_{j+2}, g [B, T, H] for the next pair)."""
+        cache.length + t -> (logits [B, T, V] for t_{j+2}, g [B, T, H] for the next pair).
+        positions [B, T] and mask [B, T, S]: a tree level's instead (reference/heads/tree.py)."""
         positions, mask = check_pairs(tokens, h, self.config.hidden_size, cache,
-                                      self.config.vocab_size, "EagleHead")
+                                      self.config.vocab_size, "EagleHead",
+                                      positions, mask)
         x = self.fc(torch.cat([self.target.model.embed_tokens(tokens), h], dim=-1))  # [B, T, H]
         g = self.layer(x, cache, positions, mask)
         cache.advance(tokens.shape[1])

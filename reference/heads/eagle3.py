@@ -114,11 +114,13 @@ class Eagle3Head(nn.Module):
                              f" got {tuple(getattr(features, 'shape', ())) or type(features).__name__}")
         return self.fc(features)
 
-    def forward(self, tokens, h, cache):
+    def forward(self, tokens, h, cache, positions=None, mask=None):
         """tokens [B, T] (t_{j+1}), h [B, T, H] at positions cache.length + t -> (logits
-        [B, T, Vd] over the draft vocabulary, g [B, T, H] for the next pair)."""
+        [B, T, Vd] over the draft vocabulary, g [B, T, H] for the next pair). positions [B, T]
+        and mask [B, T, S]: a tree level's instead (reference/heads/tree.py)."""
         positions, mask = check_pairs(tokens, h, self.config.hidden_size, cache,
-                                      self.config.vocab_size, "Eagle3Head")
+                                      self.config.vocab_size, "Eagle3Head",
+                                      positions, mask)
         g = self.midlayer(self.embed_tokens(tokens), h, cache, positions, mask)
         cache.advance(tokens.shape[1])
         return self.lm_head(self.norm(g)), g

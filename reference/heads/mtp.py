@@ -76,11 +76,13 @@ class MTPLayer(nn.Module):
         """The target's hidden states [B, T, H] as the layer's h: used as they are."""
         return features
 
-    def forward(self, tokens, h, cache):
+    def forward(self, tokens, h, cache, positions=None, mask=None):
         """tokens [B, T] (t_{j+1}), h [B, T, H] at positions cache.length + t -> (logits
-        [B, T, V] for t_{j+2}, the h of the next pair [B, T, H])."""
+        [B, T, V] for t_{j+2}, the h of the next pair [B, T, H]). positions [B, T] and mask
+        [B, T, S]: a tree level's instead (reference/heads/tree.py)."""
         positions, mask = check_pairs(tokens, h, self.config.hidden_size, cache,
-                                      self.config.vocab_size, "MTPLayer")
+                                      self.config.vocab_size, "MTPLayer",
+                                      positions, mask)
         e = self.target.model.embed_tokens(tokens)
         if self.mask0:      # vLLM: the pair at position 0 without its embedding
             e = torch.where((positions == 0)[..., None], torch.zeros_like(e), e)
