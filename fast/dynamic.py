@@ -81,18 +81,27 @@ def rows_window_mask(window_start, visibility, span):
     return prefix[:, None, :] | (inside[:, None, :] & seen)             # [B, T, span]
 
 
-def rows_tree(runner, ids, slots, positions, window_start, visibility, bound, name):
-    """runner.tree with a visibility per row [B, T, W]: ids [B, T] -> logits [B, T, V]."""
+def rows_tree(runner, ids, slots, positions, window_start, visibility, bound, name,
+              states=None):
+    """runner.tree with a visibility per row [B, T, W]: ids [B, T] -> logits [B, T, V]; with
+    residual-state indices `states` (a head drafting, fast/head.py), (logits, features
+    [B, T, n * hidden])."""
     B, T = ids.shape
     span = runner.span(bound)
 
     def step(ids, slots, positions, window_start, visibility):
         mask = rows_window_mask(window_start, visibility, span)
-        return forward(runner.weights, runner.cache, ids, slots, positions, mask, span, "all",
-                       runner.rotary)
+        out = forward(runner.weights, runner.cache, ids, slots, positions, mask, span, "all",
+                      runner.rotary, states)
+        # a captured step has one static output tensor: logits and features side by side
+        return out if states is None else torch.cat(out, -1)
 
-    return runner.steps(("rows-tree", id(runner), name, B, T, visibility.shape[-1], span), step,
-                        ids, slots, positions, window_start, visibility.contiguous())
+    out = runner.steps(("rows-tree", id(runner), name, B, T, visibility.shape[-1], span, states),
+                       step, ids, slots, positions, window_start, visibility.contiguous())
+    if states is None:
+        return out
+    V = runner.weights.shape.vocab_size
+    return out[..., :V], out[..., V:]
 
 
 def greedy_path(depth, parent, ancestors, ids, logits):
@@ -141,20 +150,47 @@ def sampled_path(layout, first_child, n_children, ids, p, q, u_accept, u_draw):
     return node, draw(final, u_draw)
 
 
+class ModelLevels:
+    """A draft model's part of a round: its root step (with the catch-up of fast/drafter.py),
+    a forward per level with each row's ancestor mask, and the path moved in its cache as in
+    the target's. fast.head.HeadDrafter has the same four members for a head's tree."""
+
+    def __init__(self, drafter, name):
+        self.drafter, self.runner, self.name = drafter, drafter.runner, name
+
+    def tree_root(self, rows, lengths, bound, size):
+        if self.drafter.catch_up:
+            start = (lengths - 1).clamp(min=0)      # 0 only for a dead row (see fast/drafter.py)
+            return self.runner.chain(torch.stack([rows.prev, rows.last], 1), start, bound, "last")
+        return self.runner.chain(rows.last[:, None], lengths, bound, "last")  # [B, V]
+
+    def tree_level(self, ids, parent, lengths, depth, ancestors, bound, start):
+        slots = lengths[:, None] + torch.arange(start, start + ids.shape[1], device=ids.device)
+        return rows_tree(self.runner, ids, slots, (lengths[:, None] + depth).expand_as(slots),
+                         lengths, ancestors, bound, f"{self.name}/level{depth}")
+
+    def tree_keep(self, features, path, ids, lengths):
+        B, sources = path.shape[0], lengths[:, None] + path[:, 1:]
+        self.runner.cache.move(B, sources, lengths + 1)
+
+
+def tree_drafter(engine, name):
+    """What grows the round's trees: the engine's head (fast/head.py) or its draft model."""
+    if getattr(engine.drafter, "grows_trees", False):
+        return engine.drafter
+    return ModelLevels(engine.drafter, name)
+
+
 def dynamic_round(engine, layout: Layout, sampler):
     """The round function for FastEngine._loop: grow each row's tree, verify, keep the path."""
-    draft, target = engine.drafter.runner, engine.target
+    target = engine.target
     spec, N, D = layout.spec, layout.size, layout.depth_max
     name = f"dynamic{(spec.depth, spec.topk, spec.budget)}"
+    draft = tree_drafter(engine, name)
 
     def one_round(rows, lengths, bound):
         B, device = rows.last.shape[0], lengths.device
-        if engine.drafter.catch_up:
-            start = (lengths - 1).clamp(min=0)      # 0 only for a dead row (see fast/drafter.py)
-            logits = draft.chain(torch.stack([rows.prev, rows.last], 1), start, bound, "last")
-        else:
-            logits = draft.chain(rows.last[:, None], lengths, bound, "last")   # [B, V]
-        logits = logits[:, None]                                        # [B, 1, V] the root level
+        logits = draft.tree_root(rows, lengths, bound, N)[:, None]      # [B, 1, V] the root level
         ids = torch.zeros(B, N, dtype=torch.long, device=device)        # [B, N] node tokens
         ids[:, 0] = rows.last
         parent = torch.zeros(B, N, dtype=torch.long, device=device)     # [B, N] (root: itself)
@@ -194,16 +230,16 @@ def dynamic_round(engine, layout: Layout, sampler):
                     q_all = torch.zeros(B, N, q.shape[-1], dtype=q.dtype, device=device)
                 q_all.scatter_(1, nodes[:, :, None].expand(-1, -1, q.shape[-1]), q)
             if d + 1 < D:   # the deepest level is never fed to the draft
-                index = torch.arange(start, end, device=device)
-                slots = lengths[:, None] + index                        # [B, n]
-                logits = rows_tree(draft, ids[:, start:end], slots,
-                                   (lengths[:, None] + d + 1).expand_as(slots), lengths,
-                                   ancestors[:, start:end], bound, f"{name}/level{d + 1}")
+                logits = draft.tree_level(ids[:, start:end], parent[:, start:end], lengths,
+                                          d + 1, ancestors[:, start:end], bound, start)
             level_start, level_end = start, end
         slots = lengths[:, None] + torch.arange(N, device=device)
         positions = lengths[:, None] + layout.depth
         logits = rows_tree(target, ids, slots, positions, lengths, ancestors, bound,
-                           f"{name}/verify")                            # [B, N, V]
+                           f"{name}/verify", engine.states)             # [B, N, V]
+        features = None
+        if engine.states is not None:   # the head's next verified pairs (fast/head.py)
+            logits, features = logits
         if sampler.greedy:
             best, correction = greedy_path(layout.depth, parent, ancestors, ids, logits)
         else:
@@ -218,9 +254,8 @@ def dynamic_round(engine, layout: Layout, sampler):
                                           == torch.arange(D + 1, device=device)[None, :, None])
         path = torch.where(at_depth.any(-1), at_depth.to(torch.int8).argmax(-1),
                            best[:, None])                               # [B, D + 1]
-        sources = lengths[:, None] + path[:, 1:]                        # [B, D]
-        target.cache.move(B, sources, lengths + 1)
-        draft.cache.move(B, sources, lengths + 1)
+        target.cache.move(B, lengths[:, None] + path[:, 1:], lengths + 1)
+        draft.tree_keep(features, path, ids, lengths)
         padded = torch.cat([ids.gather(1, path[:, 1:]), correction[:, None]], 1)  # [B, D + 1]
         position = torch.arange(D + 1, device=device)
         block = torch.where(position[None] < accepted[:, None], padded, correction[:, None])
@@ -235,9 +270,9 @@ def generate_dynamic(engine, prompts, max_new_tokens, tree, stop_ids=(), tempera
     DynamicTree or tree="dynamic")."""
     from fast import checks
     from fast.sampling import Sampler
-    if not hasattr(engine.drafter, "runner"):
-        raise ValueError("draft must be a Qwen3-family model for tree verification, got a "
-                         f"{type(engine.drafter).__name__} drafter")
+    if not (hasattr(engine.drafter, "runner") or getattr(engine.drafter, "grows_trees", False)):
+        raise ValueError("draft must be a Qwen3-family model or an EAGLE-3 head (fast.HeadDrafter) "
+                         f"for a dynamic tree, got a {type(engine.drafter).__name__} drafter")
     spec = check_dynamic_tree(tree, engine.vocab_size)
     prompts, max_new, stops = engine._check_batch(prompts, max_new_tokens, stop_ids)
     checks.check_sampling(temperature, top_k, top_p)

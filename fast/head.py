@@ -120,6 +120,8 @@ def head_weights_of(head) -> HeadWeights:
 class HeadDrafter:
     """The fast engine's EAGLE-3 drafter (fast/drafter.py protocol); see the module."""
 
+    grows_trees = True     # tree_root, tree_level, tree_keep below (fast/dynamic.py)
+
     def __init__(self, head):
         from reference.heads.eagle3 import Eagle3Head
         if not isinstance(head, Eagle3Head):
@@ -258,14 +260,16 @@ class HeadDrafter:
         g = g[:, -1] if at is None else g.gather(1, at[:, :, None].expand(B, 1, g.shape[-1]))[:, 0]
         return linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head), g   # [B, Vd], [B, H]
 
-    def _eager_layer(self, tokens, h, slots, mask, span):
+    def _eager_layer(self, tokens, h, slots, mask, span, positions=None):
         """The head's layer as torch operations: g [B, T, H] (the definition the native call
-        is checked against, tests/test_fast_head.py)."""
+        is checked against, tests/test_fast_head.py). positions: the slots unless given (a
+        tree's nodes sit at root + depth)."""
         w, s = self.weights.model.layers[0], self.weights.model.shape
         B, T = tokens.shape
         Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
-        cos = self.rotary[0][slots][:, :, None, :]                             # [B, T, 1, D]
-        sin = self.rotary[1][slots][:, :, None, :]
+        at = slots if positions is None else positions
+        cos = self.rotary[0][at][:, :, None, :]                                # [B, T, 1, D]
+        sin = self.rotary[1][at][:, :, None, :]
         pair = torch.cat([rms_norm(F.embedding(tokens, self.weights.model.embed), w.input_norm,
                                    s.eps),
                           rms_norm(h, self.weights.hidden_norm, s.eps)], -1)   # [B, T, 2H]
@@ -280,3 +284,66 @@ class HeadDrafter:
         g = h + linear(y.transpose(1, 2).reshape(B, T, Hq * D), w.o)           # [B, T, H]
         gate, up = linear(rms_norm(g, w.post_norm, s.eps), w.gate_up).chunk(2, dim=-1)
         return g + linear(F.silu(gate) * up, w.down)
+
+    # --------------------------------------------------------------- a dynamic tree's levels
+    # fast/dynamic.py grows each row's tree from these (EAGLE-2's drafting; the rule and its
+    # proof are reference/dynamic_tree.py's, the head's side reference/heads/tree.py's): a node's
+    # law is the head's at the pair (its parent's output g, its token). The round's root is
+    # `last`, whose pair is the last verified one, fed with the round's other new verified pairs
+    # exactly as the chain's first step feeds them; node i then sits at slot L - 1 + i, position
+    # L - 1 + depth(i), seeing the verified pairs and its ancestors. Nothing is truncated: the
+    # next round's verified pairs, rebuilt from the target's features of the accepted path
+    # (tree_keep), are written from slot L over the tree's.
+
+    def tree_root(self, rows, lengths: torch.Tensor, bound: int, size: int) -> torch.Tensor:
+        """The head's logits at every row's root [B, V] (on the target's vocabulary); keeps g
+        of the root for the levels in self.tree_g [B, size, H]. A row with no verified feature
+        (a one-token prompt's first round) is certain of its newest token: its tree is all
+        `last` under sampling, and any tree is exact (the module docstring's one-hot q)."""
+        B, H = lengths.shape[0], self.shape.hidden_size
+        count = lengths - self.start                            # [B] new verified pairs
+        self.tree_g = torch.zeros(B, size, H, dtype=self.weights.fc.dtype,
+                                  device=lengths.device)                    # [B, N, H]
+        certain = torch.full((B, self.vocab_size), float("-inf"), dtype=self.weights.fc.dtype,
+                             device=lengths.device)
+        certain.scatter_(1, rows.last[:, None], 0.0)                        # [B, V]
+        if self.next_tokens.shape[1] == 0:    # no row has a verified feature
+            return certain
+        at = (count - 1).clamp(min=0)[:, None]                  # [B, 1] each row's last pair
+        tokens = self.next_tokens.scatter(1, at, rows.last[:, None])        # t_{j+1} [B, T]
+        logits, g = self._step(tokens, self._features_to_h(self.pending), self.start, bound, at)
+        self.tree_g[:, 0] = g
+        return torch.where((count <= 0)[:, None], certain, self._on_target_vocab(logits))
+
+    def tree_level(self, ids, parent, lengths: torch.Tensor, depth: int, ancestors,
+                   bound: int, start: int) -> torch.Tensor:
+        """Feed a level's nodes start .. start + n - 1: ids [B, n] with their parents [B, n]
+        (node indices), at depth `depth`, under ancestors [B, n, N]. Returns their logits
+        [B, n, V] and keeps their g."""
+        from fast.dynamic import rows_window_mask
+        model = self.weights.model
+        B, n = ids.shape
+        span = min(self.cache.capacity, bound)
+        root = lengths - 1                                      # [B] the root pair's slot
+        slots = root[:, None] + torch.arange(start, start + n, device=ids.device)   # [B, n]
+        positions = (root[:, None] + depth).expand(B, n)
+        mask = rows_window_mask(root, ancestors, span)                        # [B, n, span]
+        h = self.tree_g.gather(1, parent[:, :, None].expand(B, n, self.tree_g.shape[-1]))
+        g = fused.decoder_layers(model, self.cache, ids, slots, positions.contiguous(), mask,
+                                 span, self.rotary, pair=(h, self.weights.hidden_norm))
+        if g is None:
+            g = self._eager_layer(ids, h, slots, mask, span, positions)
+        self.tree_g[:, start:start + n] = g
+        logits = linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head)  # [B, n, Vd]
+        return self._on_target_vocab(logits.flatten(0, 1)).view(B, n, -1)
+
+    def tree_keep(self, features, path, ids, lengths: torch.Tensor) -> None:
+        """After the verify: features [B, N, n * H] of every node, path [B, D + 1] (the root,
+        then the accepted nodes, the last repeated past it), ids [B, N]. The path's pairs are
+        the next round's verified pairs from slot L: (f_root, its first node's token), ..."""
+        width = features.shape[-1]
+        self.pending = features.gather(1, path[:, :, None].expand(-1, -1, width))   # [B, D+1, nH]
+        tokens = ids.gather(1, path[:, 1:])                                         # [B, D]
+        self.next_tokens = torch.cat([tokens, tokens[:, :1]], 1)  # the last: `last`, put in later
+        self.start = lengths.clone()
+

@@ -8,13 +8,17 @@ the output is exact with any head (greedy: the target's argmax decides every tok
 proposals are drawn from the head's q and the rejection rule corrects to the target's law), and
 that is what the kit judges. A head is made once per target and kept while the target lives.
 
-Not applicable: the perfect-draft family (draft = target must accept everything; the kit's
-draft is not what proposes here) and tree verification (it needs a model draft).
+Trees: a dynamic tree (DynamicTree, "dynamic") is grown by the head (EAGLE-2's drafting,
+fast/dynamic.py with fast.HeadDrafter), so the tree family's dynamic examples judge the head's
+trees; a tree of a fixed shape needs a model draft, so those examples run with the kit's draft
+as --impl=fast does. Not applicable: the perfect-draft family (draft = target must accept
+everything; the kit's draft is not what proposes here).
 """
 
 import weakref
 
 import fast
+from fast.dynamic import is_dynamic
 from fast.head import HeadDrafter
 from fast.weights import KIT_MODEL_KINDS, unwrap
 
@@ -76,5 +80,15 @@ def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.
                                  cuda_graphs=cuda_graphs)
 
 
+def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
+                  temperature=0.0, generator=None, top_k=0, top_p=1.0, cuda_graphs=None):
+    """fast.tree_generate: a dynamic tree grown by the target's head, a fixed shape by `draft`
+    (the module docstring)."""
+    grower = HeadDrafter(head_for(target)) if is_dynamic(tree) else draft
+    return fast.tree_generate(target, grower, prompt_ids, max_new_tokens, tree, stop_ids,
+                              temperature=temperature, generator=generator, top_k=top_k,
+                              top_p=top_p, cuda_graphs=cuda_graphs)
+
+
 __all__ = ["KIT_MODEL_KINDS", "KIT_NOT_APPLICABLE", "batched_generate", "head_for",
-           "speculative_generate"]
+           "speculative_generate", "tree_generate"]

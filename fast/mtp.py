@@ -128,6 +128,11 @@ class MTPDrafter(HeadDrafter):
     """The fast engine's MTP drafter (fast/drafter.py protocol); see the module. From
     HeadDrafter it takes saw, after_round and the causal masks; the rest is the layer's."""
 
+    # HeadDrafter's dynamic-tree levels feed the EAGLE-3 pair at slot L - 1 + node; this
+    # layer's slots and step are its own (the lead pair), so it drafts chains only (the
+    # reference grows MTP trees: reference/heads/tree.py)
+    grows_trees = False
+
     def __init__(self, layer):
         from reference.heads.mtp import MTPLayer
         if not isinstance(layer, MTPLayer):
