@@ -6,7 +6,9 @@ fast engine at batch 1, one intra-op thread (fast/conftest.py). Issue 41's goal:
 chain (k = 4) tokens per target call >= 1.5x, at a verify cost within 1.2 target decode steps.
 
 - test_y_tokens_per_call: tokens per target call of the chain (k = 4) and of dynamic trees
-  (reference/dynamic_tree.py's rule), greedy and T = 1, the ratio beside the goal; tokens/s of
+  (reference/dynamic_tree.py's rule), greedy and T = 1, the ratio beside the goal, for the small
+  draft and for the EAGLE-3 head (reference/trained-large/eagle3/, `make models-large-head`;
+  its trees drawn as EAGLE-2 draws them, fast/head.py), each against its own chain; tokens/s of
   both, timed alternately (minimum over rounds), beside it without a goal. Printed with it: the
   ORACLE bound of the greedy ratio, the tokens per call of a tree that holds the target's whole
   greedy path as long as each of its tokens is among the draft's top-topk at its node, up to the
@@ -30,8 +32,12 @@ from reference.dynamic_tree import DynamicTree
 pretrained = pytest.importorskip("reference.pretrained")
 
 K, NEW_TOKENS, ROUNDS = 4, 64, 3
-# The tree judged against the goal, and one whose verify fits the 1.2-step budget.
+# The tree judged against the goal, and one whose verify fits the 1.2-step budget; the small
+# draft's, and the EAGLE-3 head's (EAGLE-2's drafting: fast/head.py's tree levels), each against
+# the chain of the same drafter.
 TREES = {"d8 k2 n16": DynamicTree(8, 2, 16), "d5 k2 n6": DynamicTree(5, 2, 6)}
+HEAD_TREES = {"head d8 k2 n16": DynamicTree(8, 2, 16), "head d5 k2 n8": DynamicTree(5, 2, 8)}
+CASES = [("small", name) for name in TREES] + [("eagle3", name) for name in HEAD_TREES]
 TOKENS_GOAL, VERIFY_GOAL = 1.5, 1.2
 VERIFY_ROUNDS = 60
 
@@ -68,10 +74,18 @@ def oracle_tokens_per_call(pair, draft, prompts, outputs, topk, depth):
 
 
 @pytest.mark.parametrize("temperature", (0.0, 1.0))
-@pytest.mark.parametrize("name", tuple(TREES))
-def test_y_tokens_per_call(benchmark, figures, large, name, temperature):
-    tree = TREES[name]
-    draft = large.drafts()["small"]
+@pytest.mark.parametrize("drafter, name", CASES)
+def test_y_tokens_per_call(benchmark, figures, large, drafter, name, temperature):
+    tree = {**TREES, **HEAD_TREES}[name]
+    if drafter == "small":
+        draft = large.drafts()["small"]
+        grower = lambda: draft                  # noqa: E731
+    elif (pretrained.LARGE_DIR / "eagle3" / "config.json").is_file():
+        from fast.head import HeadDrafter
+        head = large.head("eagle3")
+        grower = lambda: HeadDrafter(head)      # noqa: E731 (one generation's state each)
+    else:
+        pytest.skip(f"no EAGLE-3 head at {pretrained.LARGE_DIR / 'eagle3'}: make models-large-head")
     prompts = large.prompts()[:4]
     new = 2 if benchmark.disabled else NEW_TOKENS
     if benchmark.disabled:
@@ -84,10 +98,10 @@ def test_y_tokens_per_call(benchmark, figures, large, name, temperature):
         outs, calls = [], 0
         for p in prompts:
             if which == "chain":
-                out, st = fast.speculative_generate(large.target, draft, p, new, k=K,
+                out, st = fast.speculative_generate(large.target, grower(), p, new, k=K,
                                                     temperature=temperature, generator=g)
             else:
-                out, st = fast.tree_generate(large.target, draft, p, new, tree=tree,
+                out, st = fast.tree_generate(large.target, grower(), p, new, tree=tree,
                                              temperature=temperature, generator=g)
             outs.append(out)
             calls += st["rounds"]
@@ -115,7 +129,7 @@ def test_y_tokens_per_call(benchmark, figures, large, name, temperature):
     ratio = per_call["tree"] / per_call["chain"]
     note = (f"{per_call['tree']:.3f} vs {per_call['chain']:.3f} tokens per target call; "
             f"{speed['tree']:.0f} vs {speed['chain']:.0f} tokens/s")
-    if temperature == 0:
+    if temperature == 0 and drafter == "small":
         best = oracle_tokens_per_call(large, draft, prompts, tree_out, tree.topk, tree.depth)
         chain_walk = oracle_tokens_per_call(large, draft, prompts, tree_out, 1, K)
         note += (f"; bound (the greedy path whenever in the draft's top-{tree.topk}, depth "
@@ -124,10 +138,14 @@ def test_y_tokens_per_call(benchmark, figures, large, name, temperature):
         figures.put(f"y/{name}/oracle", best / per_call["chain"])
     figures.put(f"y/{name}/{temperature:g}/tokens-per-call", ratio)
     benchmark.extra_info.update({"tokens_per_call": per_call, "tokens_per_s": speed})
-    figures.ratio(benchmark, f"(y) large, dynamic tree {tree.depth}/{tree.topk}/{tree.budget} / "
+    if temperature == 0 and drafter != "small":
+        note += ("; bound for trees of the head's top-2 children: fast/test_bench_head.py's "
+                 "test_h_tree_bound")
+    who = "" if drafter == "small" else " drawn by the EAGLE-3 head"
+    figures.ratio(benchmark, f"(y) large, dynamic tree {tree.depth}/{tree.topk}/{tree.budget}{who} / "
                   f"chain k={K}, tokens per target call, B=1, T={temperature:g}", ratio,
                   f">= {TOKENS_GOAL}", ratio >= TOKENS_GOAL, note)
-    figures.ratio(benchmark, f"(y) large, dynamic tree {tree.depth}/{tree.topk}/{tree.budget} / "
+    figures.ratio(benchmark, f"(y) large, dynamic tree {tree.depth}/{tree.topk}/{tree.budget}{who} / "
                   f"chain k={K}, tokens/s, B=1, T={temperature:g}",
                   speed["tree"] / speed["chain"], None, None, "")
 
@@ -147,6 +165,8 @@ def test_y_verify_cost(benchmark, figures, large):
     runner.prefill(prompt, lengths)
     sizes = {"decode": 1, "chain verify 5": K + 1}
     sizes.update({name: 1 + tree.budget for name, tree in TREES.items()})
+    sizes.update({name: 1 + tree.budget for name, tree in HEAD_TREES.items()
+                  if 1 + tree.budget not in sizes.values()})
     # a tree mask: each node sees the root and itself (its ancestors' count does not change a
     # step's arithmetic: the mask is applied in attention over the same span)
     seconds = {name: [] for name in sizes}
