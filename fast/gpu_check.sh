@@ -3,8 +3,10 @@
 # test dependencies (torch with CUDA, hypothesis, scipy, pytest-benchmark): the CUDA-graph tests
 # (replay equals eager, one host sync per round), the kit's graph-replay property on the fast
 # engine, the CPU kernels' tests (they build on any x86-64 machine with g++), the kit's trained
-# properties on the fast engine with the weight-bound pair (make models-large), and the GPU
-# benchmarks: (c) verify of k+1 / decode on Qwen3-1.7B's shape in bf16, (f) eager vs graph.
+# properties on the fast engine with the weight-bound pair (make models-large), the EAGLE-3
+# head's chains and dynamic trees on the GPU (tests/test_fast_head_tree.py), and the GPU
+# benchmarks: (c) verify of k+1 / decode on Qwen3-1.7B's shape in bf16, (c') an EAGLE-3 head
+# step and a 17-node tree's verify against a decode step there (issue 41), (f) eager vs graph.
 # Logs and the benchmark JSON go under $OUT (default gpu-out/). About 5 minutes on an H200.
 #
 #     bash fast/gpu_check.sh            # PYTHON=... to choose the interpreter
@@ -29,7 +31,8 @@ if [ "$status" -ne 0 ]; then
     echo "=== gpu_check: no CUDA device or no torch with CUDA in $py: nothing here is a GPU check"
     exit 2
 fi
-step graph-tests "$py" -m pytest -q -p no:cacheprovider -m gpu tests/test_fast_graphs.py tests/test_fast_tree.py
+step graph-tests "$py" -m pytest -q -p no:cacheprovider -m gpu tests/test_fast_graphs.py tests/test_fast_tree.py \
+    tests/test_fast_head_tree.py
 step kit-graph-replay "$py" -m pytest -q -p no:cacheprovider properties/test_batched.py --impl=fast \
     -k graph_replay
 step cpu-kernels "$py" -m pytest -q -p no:cacheprovider tests/test_fast_native.py tests/test_fast_small_m.py \

@@ -125,3 +125,22 @@ def test_fixed_shapes_and_other_drafters_are_refused_by_name(target, heads):
     with pytest.raises(ValueError, match="PromptLookup drafter"):
         fast.FastEngine(target, fast.PromptLookup(), max_batch=1, max_cache_len=64).generate_tree(
             [PROMPTS[0]], 4, tree=SPECS[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_on_a_gpu_head_chains_and_trees_give_the_targets_greedy_output(graphs):
+    """The head's steps run as torch operations on a CUDA device (the fused step is the CPU's),
+    the target's verifies captured as graphs or not: chain and dynamic tree both give the
+    target's greedy output (computed on the CPU, float64)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA: the head's GPU path (run by make gpu-check where one is lent)")
+    cpu = random_model("tiny", seed=21, dtype=torch.float64)
+    target = random_model("tiny", seed=21, dtype=torch.float64, device="cuda")
+    head = random_head("eagle3", target, seed=40)
+    expected = [target_greedy(cpu, p, 12) for p in PROMPTS]
+    engine = fast.FastEngine(target, HeadDrafter(head), max_batch=len(PROMPTS), max_cache_len=64,
+                             cuda_graphs=graphs)
+    chain, _ = engine.generate(PROMPTS, 12, k=4)
+    tree, _ = engine.generate_tree(PROMPTS, 12, tree=SPECS[0])
+    assert chain == expected and tree == expected
