@@ -2,11 +2,10 @@
 
 The kit hands every call a target and a draft model. Here the draft is set aside and the call
 drafts with an EAGLE-3 head of that target (fast/head.py), fed by the target's own verify
-forwards: the trained head where the target has the shapes of a committed trained target with
-one (reference/trained*/eagle3), else a seeded random head. Which head only changes acceptance:
-the output is exact with any head (greedy: the target's argmax decides every token; sampling:
-proposals are drawn from the head's q and the rejection rule corrects to the target's law), and
-that is what the kit judges. A head is made once per target and kept while the target lives.
+forwards: reference.heads.kit.head_for's, the head --impl=reference-head drafts with too (the
+trained head where the target has the shapes of a committed trained target with one, else a
+seeded random head). Which head only changes acceptance: the output is exact with any head, and
+that is what the kit judges (reference/heads/kit.py says why).
 
 Trees: a dynamic tree (DynamicTree, "dynamic") is grown by the head (EAGLE-2's drafting,
 fast/dynamic.py with fast.HeadDrafter), so the tree family's dynamic examples judge the head's
@@ -15,53 +14,16 @@ as --impl=fast does. Not applicable: the perfect-draft family (draft = target mu
 everything; the kit's draft is not what proposes here).
 """
 
-import weakref
-
 import fast
 from fast.dynamic import is_dynamic
 from fast.head import HeadDrafter
-from fast.weights import KIT_MODEL_KINDS, unwrap
+from fast.weights import KIT_MODEL_KINDS
+from reference.heads.kit import head_for
 
 KIT_NOT_APPLICABLE = {
     "perfect_draft": "fast-head drafts with an EAGLE-3 head of the target, not with the kit's "
                      "draft, so draft = target does not make the proposals perfect",
 }
-
-_HEADS = weakref.WeakKeyDictionary()     # target module -> its head
-
-
-def head_for(target):
-    """The EAGLE-3 head this module drafts with for `target` (see the module docstring)."""
-    module = unwrap(target)
-    head = _HEADS.get(module)
-    if head is None:
-        head = _trained_head(module) or _random_head(module)
-        _HEADS[module] = head
-    return head
-
-
-def _trained_head(module):
-    from reference.heads.checkpoint import load_head
-    from reference.pretrained import LARGE_DIR, TRAINED_DIR
-    dtype = module.lm_head.weight.dtype
-    for folder in (TRAINED_DIR, LARGE_DIR):
-        if (folder / "eagle3" / "config.json").is_file():
-            try:
-                return load_head(folder / "eagle3", module, dtype)
-            except ValueError:      # made for a target of other shapes
-                continue
-    return None
-
-
-def _random_head(module):
-    from reference.heads.eagle3 import default_hidden
-    from reference.heads.random import random_head
-    from reference.hidden import HiddenStates
-    layers = module.config.num_hidden_layers
-    # EAGLE-3's low / middle / high layers need 3; a shallower kit target gives its embeddings
-    # and its last stream
-    hidden = default_hidden(layers) if layers >= 3 else HiddenStates((0, layers), "input")
-    return random_head("eagle3", module, seed=0, dtype=module.lm_head.weight.dtype, hidden=hidden)
 
 
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,

@@ -2,7 +2,9 @@
 
 NAME is one of
 
-* ``reference`` (module ``reference.speculative``), ``fast`` (module ``fast``), ``fast-eager``
+* ``reference`` (module ``reference.speculative``), ``reference-head`` (module
+  ``reference.heads.kit``: the reference drafting with an EAGLE-3 head of the target, chains
+  and dynamic trees), ``fast`` (module ``fast``), ``fast-eager``
   (module ``fast.eager``: the fast engine without its fused CPU step), ``fast-head`` (module
   ``fast.head_kit``: the fast engine drafting with an EAGLE-3 head of the target) or
   ``fast-mtp`` (module ``fast.mtp_kit``: the same with an MTP layer of the target);
@@ -40,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ALIASES = {"reference": "reference.speculative", "fast": "fast",
+           # the reference drafting with an EAGLE-3 head of the target (reference/heads/kit.py)
+           "reference-head": "reference.heads.kit",
            # the fast engine with its steps run as torch operations, not one fused CPU call
            "fast-eager": "fast.eager",
            # the fast engine drafting with an EAGLE-3 head of the target (fast/head_kit.py)
