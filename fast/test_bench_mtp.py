@@ -56,7 +56,7 @@ def step_costs(pair, rounds: int) -> dict:
     """Seconds per round of a target decode step, one step of one row of each drafter, and for
     each k of KS a verify of k + 1 tokens and each drafter's drafting of k proposals right after
     it (fast/test_bench_head.py's head_step_costs says why right after), batch 1, after a
-    48-token prompt; the order of the whole sequence flips every round."""
+    48-token prompt; the drafters take turns going first."""
     from fast.sampling import Sampler
     from fast.weights import model_weights
     weights = model_weights(pair.target)
@@ -93,25 +93,33 @@ def step_costs(pair, rounds: int) -> dict:
     for name in DRAFTERS:
         steps[f"{name} step"] = (lambda d: lambda: d._step(prompts[:, :1], h, lengths, 49,
                                                            None))(drafters[name])
-    rounds_of = []
     for k in KS:
         steps[cost_name("verify", k)] = verify(k)
-        rounds_of.append(cost_name("verify", k))
         for name in DRAFTERS:
             steps[cost_name(f"{name} drafting", k)] = drafting(name, k)
-            rounds_of.append(cost_name(f"{name} drafting", k))
     seconds = {name: [] for name in steps}
-    # each drafting right after a verify (the first after it, then the other): which drafter
-    # follows the verify directly alternates with the order
-    singles = ["decode"] + [f"{name} step" for name in DRAFTERS]
-    orders = [singles + rounds_of, rounds_of + singles]
+
+    def sequence(drafters_in_order):
+        """(step, timed) in a round's order: every drafter's step right after a decode step and
+        every drafting right after a verify (untimed where that step was timed already), so that
+        each drafter finds the caches as a round leaves them (the target's weights just
+        streamed through them); neither drafter follows the other."""
+        out = []
+        for i, name in enumerate(drafters_in_order):
+            out += [("decode", i == 0), (f"{name} step", True)]
+        for k in KS:
+            for i, name in enumerate(drafters_in_order):
+                out += [(cost_name("verify", k), i == 0), (cost_name(f"{name} drafting", k), True)]
+        return out
+
+    # the drafters' order flips every round (a drafting stays right after its verify)
     with torch.no_grad():
         for i in range(rounds):
-            orders.reverse()
-            for name in orders[0]:
+            for name, timed in sequence(DRAFTERS if i % 2 == 0 else DRAFTERS[::-1]):
                 start = time.perf_counter()
                 steps[name]()
-                seconds[name].append(time.perf_counter() - start)
+                if timed:
+                    seconds[name].append(time.perf_counter() - start)
     return seconds
 
 
