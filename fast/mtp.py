@@ -138,11 +138,6 @@ class MTPDrafter(HeadDrafter):
         if not isinstance(layer, MTPLayer):
             raise ValueError(f"layer must be a reference.heads.mtp.MTPLayer, got "
                              f"{type(layer).__name__}")
-        if layer.mask0 and layer.lead:
-            # the reference zeroes the embedding at position 0, which with a lead pair is t_0's
-            # own: no engine runs that mix, and the lead layout below does not model it
-            raise ValueError("layer: mask0=True with lead=True is not a convention the fast "
-                             "drafter runs (mask0 is vLLM's, which has no lead pair)")
         self.head = self.layer = layer
         self.config = layer.config
         self.weights = mtp_weights(layer)
@@ -269,7 +264,9 @@ class MTPDrafter(HeadDrafter):
         w = self.weights
         B, T, H = h.shape
         e = F.embedding(tokens, w.block.embed)                                 # [B, T, H]
-        if self.layer.mask0:    # vLLM: the pair at position 0 without its embedding
+        # vLLM: the pair at position 0 without its embedding (a slot is its pair's position in
+        # both layouts, so with a lead pair this is the lead pair's, as in the reference)
+        if self.layer.mask0:
             e = torch.where((slots == 0)[..., None], torch.zeros_like(e), e)
         # both halves normed by one rms_norm over [B, T, 2, H] (each half by its own rms and
         # weight, the same arithmetic as two calls): a step's few torch operations cost more
