@@ -2,60 +2,31 @@
 
 As fast/head_kit.py does with an EAGLE-3 head: the kit's draft is set aside and every call
 drafts with an MTP layer of the target (fast/mtp.py), fed by the target's own verify forwards:
-the trained layer where the target has the shapes of a committed trained target with one
-(reference/trained*/mtp), else a seeded random layer in the trained layers' convention
-(llama.cpp's: the normed last state, embedding first, the normed output chained, a lead pair).
-Which layer only changes acceptance; the output is exact with any (fast/head_kit.py says why),
-and that is what the kit judges. A layer is made once per target and kept while the target
-lives.
+reference.heads.kit.head_for(target, "mtp"), the trained layer where the target has the shapes
+of a committed trained target with one (reference/trained*/mtp), else a seeded random layer in
+the trained layers' convention (llama.cpp's: the normed last state, embedding first, the normed
+output chained, a lead pair). Which layer only changes acceptance; the output is exact with any
+(reference/heads/kit.py says why), and that is what the kit judges.
 
-Not applicable: the perfect-draft family (the kit's draft is not what proposes here) and tree
-verification (it needs a model draft).
+Not applicable: the perfect-draft family (the kit's draft is not what proposes here); no tree
+level (fast.mtp.MTPDrafter drafts chains; the reference grows MTP trees, reference/heads/tree.py).
 """
-
-import weakref
 
 import fast
 from fast.mtp import MTPDrafter
-from fast.weights import KIT_MODEL_KINDS, unwrap
+from fast.weights import KIT_MODEL_KINDS
+from reference.heads.kit import head_for
 
 KIT_NOT_APPLICABLE = {
     "perfect_draft": "fast-mtp drafts with an MTP layer of the target, not with the kit's "
                      "draft, so draft = target does not make the proposals perfect",
 }
 
-_LAYERS = weakref.WeakKeyDictionary()     # target module -> its MTP layer
-
 
 def layer_for(target):
-    """The MTP layer this module drafts with for `target` (see the module docstring)."""
-    module = unwrap(target)
-    layer = _LAYERS.get(module)
-    if layer is None:
-        layer = _trained_layer(module) or _random_layer(module)
-        _LAYERS[module] = layer
-    return layer
-
-
-def _trained_layer(module):
-    from reference.heads.checkpoint import load_head
-    from reference.pretrained import LARGE_DIR, TRAINED_DIR
-    dtype = module.lm_head.weight.dtype
-    for folder in (TRAINED_DIR, LARGE_DIR):
-        if (folder / "mtp" / "config.json").is_file():
-            try:
-                return load_head(folder / "mtp", module, dtype)
-            except ValueError:      # made for a target of other shapes
-                continue
-    return None
-
-
-def _random_layer(module):
-    from reference.heads.random import random_head
-    from reference.hidden import last_layer
-    return random_head("mtp", module, seed=0, dtype=module.lm_head.weight.dtype,
-                       hidden=last_layer(module.config.num_hidden_layers, normed=True),
-                       order="embedding-first", recycle="normed", lead=True)
+    """The MTP layer this module drafts with for `target`: reference.heads.kit.head_for's (the
+    one place that picks the kit target's head; see the module docstring)."""
+    return head_for(target, "mtp")
 
 
 def speculative_generate(target, draft, prompt_ids, max_new_tokens, k=4, temperature=0.0,
