@@ -55,6 +55,28 @@ def test_cached_calls_equal_fresh_prefill(spec):
         model(torch.tensor([[1]]), build_target(spec, Trace()).new_cache(1, 4))
 
 
+def test_a_heads_forward_is_traced_and_checked_as_any_call():
+    """Qwen3KitModel.forward_hidden (what a feature-level head's engine asks of the target):
+    the module's logits and features, recorded as a call, its cache checked against a fresh
+    prefill, and a stale cache refused as in a plain call."""
+    from reference.hidden import HiddenStates
+    spec, hidden = Qwen3Spec(6, seed=3, layers=2), HiddenStates((0, 2), "input")
+    trace = Trace(check_logits=True)
+    model = build_target(spec, trace)
+    cache = model.new_cache(1, 12)
+    logits, features = model.forward_hidden(torch.tensor([[1, 2, 3]]), cache, hidden)
+    plain = model.module.new_cache(1, 12)
+    expected, expected_features = model.module.forward_hidden(torch.tensor([[1, 2, 3]]), plain,
+                                                              hidden)
+    assert torch.equal(logits, expected) and torch.equal(features, expected_features)
+    model.forward_hidden(torch.tensor([[4]]), cache, hidden)
+    assert cache.held() == [1, 2, 3, 4] and not trace.violations
+    assert [e.tokens for e in trace.events if e.what == "call"] == [(1, 2, 3), (4,)]
+    with pytest.raises(CacheViolation):
+        model.forward_hidden(torch.tensor([[1]]), build_target(spec, Trace()).new_cache(1, 4),
+                             hidden)
+
+
 def test_table_drafts_relate_to_their_target_as_documented():
     spec = TableSpec(9, seed=4)
     target, _ = build_pair(spec, DraftSpec("perfect"))

@@ -43,6 +43,11 @@ class KitModel:
         return cache
 
     def __call__(self, ids, cache, positions=None, mask=None):
+        return self._traced(ids, cache, positions, mask)
+
+    def _traced(self, ids, cache, positions, mask, hidden=None):
+        """A call validated and recorded in the trace: logits, or (logits, features) when a
+        head's hidden states are asked for (Qwen3KitModel.forward_hidden)."""
         if not torch.is_tensor(ids) or ids.dim() != 2 or ids.is_floating_point():
             raise ValueError(f"{self.role}: ids must be an integer tensor [batch, tokens], got "
                              f"{getattr(ids, 'dtype', type(ids).__name__)} "
@@ -70,11 +75,15 @@ class KitModel:
         cache.check_room(T)
         event = self.trace.add("call", self.role, cache.number, start=start, tokens=tuple(rows[0]),
                                masked=mask is not None or positions is not None)
-        logits = self._forward(ids, cache, rows, start, positions, mask)
+        if hidden is None:
+            out = logits = self._forward(ids, cache, rows, start, positions, mask)
+        else:
+            out = self._forward_hidden(ids, cache, hidden, positions, mask)
+            logits = out[0]
         cache.tokens[:, start:start + T] = np.asarray(rows)
         if self.trace.check_logits and not event.masked:
             self._compare_with_fresh(cache, logits, start, T, event)
-        return logits
+        return out
 
     forward = __call__
 
@@ -122,6 +131,16 @@ class Qwen3KitModel(KitModel):
     def _forward(self, ids, cache, rows, start, positions, mask):
         with torch.inference_mode():
             return self.module(ids, cache, positions=positions, mask=mask)
+
+    def forward_hidden(self, ids, cache, hidden, positions=None, mask=None):
+        """The forward a feature-level head's engine asks for (reference.model.Qwen3's
+        forward_hidden: logits and the hidden states `hidden` names), validated and traced as
+        any call, so a head's engine is judged on the kit's models as a draft model's is."""
+        return self._traced(ids, cache, positions, mask, hidden)
+
+    def _forward_hidden(self, ids, cache, hidden, positions, mask):
+        with torch.inference_mode():
+            return self.module.forward_hidden(ids, cache, hidden, positions, mask)
 
     def fresh_logits(self, seq) -> torch.Tensor:
         p = self.module.model.embed_tokens.weight
