@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for the main test run (the kit's summary is aggregated across them)
 WORKERS ?= 2
 
-.PHONY: conformance conformance-others conformance-eager conformance-transformers conformance-transformers-paths conformance-large test test-extra bench gpu-check models models-heads models-large models-large-head clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
+.PHONY: conformance conformance-others conformance-eager conformance-heads conformance-transformers conformance-transformers-paths conformance-large test test-extra bench gpu-check models models-heads models-large models-large-head clean engine-vllm engine-llamacpp engine-openvino engine-onnxruntime-genai engines ci-engines
 
 # Production engines, each in its own environment under $(ENGINES) (never inside $(VENV)):
 # vLLM's CPU build pins its own torch and transformers; llama-server is built from the source
@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml
 # tests/known/transformers.txt, read with --known-failures).
 conformance: $(STAMP)
 	$(PY) -m pytest properties/ --impl=reference $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory conformance-others conformance-transformers conformance-eager
+	$(MAKE) --no-print-directory conformance-others conformance-transformers conformance-eager \
+		conformance-heads
 
 conformance-others: $(STAMP)
 	$(PY) -m pytest properties/ --impl=fast -n $(WORKERS) $(PYTEST_ARGS)
@@ -57,6 +58,14 @@ conformance-transformers: $(STAMP)
 # (2026-12-07), so outside make test, a part of its own in .ci/run.
 conformance-eager: $(STAMP)
 	$(PY) -m pytest properties/ --impl=fast-eager -n $(WORKERS) $(PYTEST_ARGS)
+
+# The kit on the engines drafting with a head of its target (issue 41): the reference with an
+# EAGLE-3 head (chains and the head's dynamic trees), the fast engine with it, and the fast
+# engine with an MTP layer (CONFORMANCE.md's reference-head, fast-head and fast-mtp rows).
+conformance-heads: $(STAMP)
+	$(PY) -m pytest properties/ --impl=reference-head -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=fast-head -n $(WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest properties/ --impl=fast-mtp -n $(WORKERS) $(PYTEST_ARGS)
 
 # transformers' other paths (issue 40; CONFORMANCE.md, "transformers' other speculative paths"),
 # about 7 minutes each on 2 loaded cores, so outside make test. Universal decoding's sampled-law
