@@ -150,11 +150,12 @@ def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), sto
     else:
         tree = check_tree(tree, vocab)
         size = TreeShape(tree, "cpu").size
-    # a drafter grows trees only where it says so (fast.HeadDrafter: dynamic trees, EAGLE-2)
+    # a drafter grows trees only where it says so (fast.HeadDrafter, fast.mtp.MTPDrafter:
+    # dynamic trees, EAGLE-2's drafting)
     if is_drafter(draft) and not (is_dynamic(tree) and getattr(draft, "grows_trees", False)):
-        raise ValueError(f"draft must be a Qwen3-family model for tree verification (or an "
-                         f"EAGLE-3 head, fast.HeadDrafter, for a dynamic tree), got "
-                         f"{type(draft).__name__} with tree={tree!r}")
+        raise ValueError(f"draft must be a Qwen3-family model for tree verification (or a head "
+                         f"drafter, fast.HeadDrafter or fast.mtp.MTPDrafter, for a dynamic tree), "
+                         f"got {type(draft).__name__} with tree={tree!r}")
     engine = _engine(target, draft, [prompt], [max_new_tokens], size, "tree", tree, cuda_graphs)
     outputs, stats = engine.generate_tree([prompt], max_new_tokens, tree, stop_ids, temperature,
                                           generator, top_k=top_k, top_p=top_p)

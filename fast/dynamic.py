@@ -175,7 +175,8 @@ class ModelLevels:
 
 
 def tree_drafter(engine, name):
-    """What grows the round's trees: the engine's head (fast/head.py) or its draft model."""
+    """What grows the round's trees: the engine's head (fast/head.py, fast/mtp.py) or its draft
+    model."""
     if getattr(engine.drafter, "grows_trees", False):
         return engine.drafter
     return ModelLevels(engine.drafter, name)
@@ -271,8 +272,9 @@ def generate_dynamic(engine, prompts, max_new_tokens, tree, stop_ids=(), tempera
     from fast import checks
     from fast.sampling import Sampler
     if not (hasattr(engine.drafter, "runner") or getattr(engine.drafter, "grows_trees", False)):
-        raise ValueError("draft must be a Qwen3-family model or an EAGLE-3 head (fast.HeadDrafter) "
-                         f"for a dynamic tree, got a {type(engine.drafter).__name__} drafter")
+        raise ValueError("draft must be a Qwen3-family model or a head drafter (fast.HeadDrafter, "
+                         f"fast.mtp.MTPDrafter) for a dynamic tree, got a "
+                         f"{type(engine.drafter).__name__} drafter")
     spec = check_dynamic_tree(tree, engine.vocab_size)
     prompts, max_new, stops = engine._check_batch(prompts, max_new_tokens, stop_ids)
     checks.check_sampling(temperature, top_k, top_p)

@@ -302,16 +302,14 @@ class HeadDrafter:
         `last` under sampling, and any tree is exact (the module docstring's one-hot q)."""
         B, H = lengths.shape[0], self.shape.hidden_size
         count = lengths - self.start                            # [B] new verified pairs
-        self.tree_g = torch.zeros(B, size, H, dtype=self.weights.fc.dtype,
+        self.tree_g = torch.zeros(B, size, H, dtype=self.target_dtype,
                                   device=lengths.device)                    # [B, N, H]
-        certain = torch.full((B, self.vocab_size), float("-inf"), dtype=self.weights.fc.dtype,
+        certain = torch.full((B, self.vocab_size), float("-inf"), dtype=self.target_dtype,
                              device=lengths.device)
         certain.scatter_(1, rows.last[:, None], 0.0)                        # [B, V]
         if self.next_tokens.shape[1] == 0:    # no row has a verified feature
             return certain
-        at = (count - 1).clamp(min=0)[:, None]                  # [B, 1] each row's last pair
-        tokens = self.next_tokens.scatter(1, at, rows.last[:, None])        # t_{j+1} [B, T]
-        logits, g = self._step(tokens, self._features_to_h(self.pending), self.start, bound, at)
+        logits, g = self._tree_first(rows, lengths, count, bound)           # [B, Vd], [B, H]
         self.tree_g[:, 0] = g
         return torch.where((count <= 0)[:, None], certain, self._on_target_vocab(logits))
 
@@ -321,21 +319,44 @@ class HeadDrafter:
         (node indices), at depth `depth`, under ancestors [B, n, N]. Returns their logits
         [B, n, V] and keeps their g."""
         from fast.dynamic import rows_window_mask
-        model = self.weights.model
         B, n = ids.shape
-        span = min(self.cache.capacity, bound)
-        root = lengths - 1                                      # [B] the root pair's slot
+        span = self._tree_span(bound)
+        root = self._root_slot(lengths)                         # [B] the root pair's slot
         slots = root[:, None] + torch.arange(start, start + n, device=ids.device)   # [B, n]
-        positions = (root[:, None] + depth).expand(B, n)
+        positions = (root[:, None] + depth).expand(B, n).contiguous()
         mask = rows_window_mask(root, ancestors, span)                        # [B, n, span]
         h = self.tree_g.gather(1, parent[:, :, None].expand(B, n, self.tree_g.shape[-1]))
-        g = fused.decoder_layers(model, self.cache, ids, slots, positions.contiguous(), mask,
-                                 span, self.rotary, pair=(h, self.weights.hidden_norm))
+        logits, g = self._tree_pairs(ids, h, slots, positions, mask, span)    # [B, n, Vd], g
+        self.tree_g[:, start:start + n] = g
+        return self._on_target_vocab(logits.flatten(0, 1)).view(B, n, -1)
+
+    # what an EAGLE-3 head does at those three places (fast/mtp.py's layer has its own)
+
+    @property
+    def target_dtype(self):
+        return self.weights.fc.dtype
+
+    def _root_slot(self, lengths: torch.Tensor) -> torch.Tensor:
+        return lengths - 1          # the pair (f_{L-1}, t_L) at slot L - 1
+
+    def _tree_span(self, bound: int) -> int:
+        return min(self.cache.capacity, bound)
+
+    def _tree_first(self, rows, lengths, count, bound: int):
+        """The round's new verified pairs, as the chain's first step feeds them: (logits [B, Vd],
+        g [B, H]) at each row's root pair."""
+        at = (count - 1).clamp(min=0)[:, None]                  # [B, 1] each row's last pair
+        tokens = self.next_tokens.scatter(1, at, rows.last[:, None])        # t_{j+1} [B, T]
+        return self._step(tokens, self._features_to_h(self.pending), self.start, bound, at)
+
+    def _tree_pairs(self, ids, h, slots, positions, mask, span: int):
+        """Pairs (h, ids) [B, n] at slots with positions under mask: (logits [B, n, Vd], g)."""
+        model = self.weights.model
+        g = fused.decoder_layers(model, self.cache, ids, slots, positions, mask, span,
+                                 self.rotary, pair=(h, self.weights.hidden_norm))
         if g is None:
             g = self._eager_layer(ids, h, slots, mask, span, positions)
-        self.tree_g[:, start:start + n] = g
-        logits = linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head)  # [B, n, Vd]
-        return self._on_target_vocab(logits.flatten(0, 1)).view(B, n, -1)
+        return linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head), g
 
     def tree_keep(self, features, path, ids, lengths: torch.Tensor) -> None:
         """After the verify: features [B, N, n * H] of every node, path [B, D + 1] (the root,

@@ -42,6 +42,10 @@ round's proposal 1 is read at slot L, where the pair (h_{L-1}, t_L) sits; propos
 A round's block then writes up to slot L0 + k + 1, one past the verify's last (a row's padded
 rows included, written and never read), so the layer's cache and rotary table have two slots
 more than the engine's cache, and the attention spans one slot more than the round's bound.
+
+Dynamic trees (EAGLE-2's drafting, fast/dynamic.py): as fast/head.py's, a node's pair is (its
+parent's recycled output, its token), at slot root + node and position root + depth, where the
+root pair (h_{L-1}, t_L) sits at slot L - 1 + lead; the round's first block is the chain's.
 """
 
 import weakref
@@ -128,10 +132,6 @@ class MTPDrafter(HeadDrafter):
     """The fast engine's MTP drafter (fast/drafter.py protocol); see the module. From
     HeadDrafter it takes saw, after_round and the causal masks; the rest is the layer's."""
 
-    # HeadDrafter's dynamic-tree levels feed the EAGLE-3 pair at slot L - 1 + node; this
-    # layer's slots and step are its own (the lead pair), so it drafts chains only (the
-    # reference grows MTP trees: reference/heads/tree.py)
-    grows_trees = False
 
     def __init__(self, layer):
         from reference.heads.mtp import MTPLayer
@@ -217,18 +217,7 @@ class MTPDrafter(HeadDrafter):
         `start` again), then each proposal fed back with the layer's recycled output as its h.
         Returns (proposals [B, k], q [B, k, V] or None, the h of slot L's pair [B, H] for the
         next round's first pair)."""
-        h = self._features_to_h(self.pending)                               # [B, T, H]
-        if self.lead:
-            tokens = torch.cat([self.first[:, None], self.next_tokens], 1)  # t_s [B, T + 1]
-            h = torch.cat([self.previous[:, None], h], 1)                   # h_{s-1} [B, T + 1, H]
-            at = count.clamp(min=0)[:, None]                            # [B, 1] slot L's row
-        else:
-            tokens = self.next_tokens                                       # t_{j+1} [B, T]
-            at = (count - 1).clamp(min=0)[:, None]                      # [B, 1] slot L - 1's
-        tokens = tokens.scatter(1, at, rows.last[:, None])
-        # the state before slot L (lead) for the next round: the block's row `at` holds it
-        previous = h.gather(1, at[:, :, None].expand(-1, 1, h.shape[-1]))[:, 0] if self.lead \
-            else self.previous                                              # [B, H]
+        tokens, h, at, previous = self._first(rows, count)
         logits, g = self._step(tokens, h, self.start, bound, at)            # [B, V], [B, H]
         proposals, laws = [], []
         first_chained = lengths + self.lead                     # slot of proposal 1's pair
@@ -241,6 +230,67 @@ class MTPDrafter(HeadDrafter):
             laws.append(probs)
         q = None if sampler.greedy else torch.stack(laws, 1)                # [B, k, V]
         return torch.stack(proposals, 1), q, previous                       # [B, k]
+
+    def _first(self, rows, count):
+        """The round's first block: (tokens [B, T'], h [B, T', H] from slot `start`, at [B, 1]
+        the row of the pair at the root, the state before slot L for the next round [B, H])."""
+        h = self._features_to_h(self.pending)                               # [B, T, H]
+        if self.lead:
+            tokens = torch.cat([self.first[:, None], self.next_tokens], 1)  # t_s [B, T + 1]
+            h = torch.cat([self.previous[:, None], h], 1)                   # h_{s-1} [B, T + 1, H]
+            at = count.clamp(min=0)[:, None]                            # [B, 1] slot L's row
+        else:
+            tokens = self.next_tokens                                       # t_{j+1} [B, T]
+            at = (count - 1).clamp(min=0)[:, None]                      # [B, 1] slot L - 1's
+        tokens = tokens.scatter(1, at, rows.last[:, None])
+        # the state before slot L (lead) for the next round: the block's row `at` holds it
+        previous = h.gather(1, at[:, :, None].expand(-1, 1, h.shape[-1]))[:, 0] if self.lead \
+            else self.previous                                              # [B, H]
+        return tokens, h, at, previous
+
+    # --------------------------------------------------------------- a dynamic tree's levels
+    # fast/head.py's tree_root / tree_level / tree_keep, with the layer's own slots (the root
+    # pair (h_{L-1}, t_L) at slot L - 1 + lead, a slot its pair's position), its first block
+    # (the lead pair's slot fed again) and its step (eh_proj's input, the block, the target's
+    # norm and lm_head, the recycled output as a child's h).
+
+    @property
+    def target_dtype(self):
+        return self.weights.eh_proj.dtype
+
+    def _root_slot(self, lengths: torch.Tensor) -> torch.Tensor:
+        return lengths - 1 + self.lead
+
+    def _on_target_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits               # the target's own lm_head: its whole vocabulary
+
+    def _tree_span(self, bound: int) -> int:
+        return min(self.cache.capacity, bound + 1)      # the first block's last write
+
+    def tree_root(self, rows, lengths: torch.Tensor, bound: int, size: int) -> torch.Tensor:
+        # a round with no verified feature in any row feeds no block: the state before slot L
+        # stays what it was, as in propose
+        self._tree_previous = self.previous
+        return super().tree_root(rows, lengths, bound, size)
+
+    def _tree_first(self, rows, lengths, count, bound: int):
+        tokens, h, at, self._tree_previous = self._first(rows, count)
+        return self._step(tokens, h, self.start, bound, at)
+
+    def _tree_pairs(self, ids, h, slots, positions, mask, span: int):
+        model = self.weights.block
+        x = self._input(ids, h, positions)
+        g = fused.decoder_layers(model, self.cache, ids, slots, positions, mask, span,
+                                 self.rotary, start=x)
+        if g is None:
+            g = self._eager_block(x, slots, mask, span, positions)
+        normed = rms_norm(g, model.norm, model.shape.eps)                      # [B, n, H]
+        return linear(normed, model.lm_head), normed if self.layer.recycle == "normed" else g
+
+    def tree_keep(self, features, path, ids, lengths: torch.Tensor) -> None:
+        super().tree_keep(features, path, ids, lengths)
+        # the next round feeds slot L again: (h_{L-1}, t_L), t_L the root's token
+        self.first, self.previous = ids[:, 0].clone(), self._tree_previous
 
     def compact(self, order: torch.Tensor, count: int) -> None:
         keep = order[:count]
@@ -260,7 +310,8 @@ class MTPDrafter(HeadDrafter):
         return rms_norm(features, self.target_norm, self.eps)
 
     def _input(self, tokens, h, slots):
-        """x [B, T, H] = eh_proj of the pair (tokens [B, T], h [B, T, H]) at slots [B, T]."""
+        """x [B, T, H] = eh_proj of the pair (tokens [B, T], h [B, T, H]) at slots [B, T] (a
+        tree's nodes: their positions, the pair's position being what mask0 reads)."""
         w = self.weights
         B, T, H = h.shape
         e = F.embedding(tokens, w.block.embed)                                 # [B, T, H]
@@ -296,14 +347,16 @@ class MTPDrafter(HeadDrafter):
         logits = linear(normed, model.lm_head)                                 # [B, V]
         return logits, normed if self.layer.recycle == "normed" else g
 
-    def _eager_block(self, x, slots, mask, span):
+    def _eager_block(self, x, slots, mask, span, positions=None):
         """The layer's block over x [B, T, H] as torch operations: its output [B, T, H] (the
-        definition the native call is checked against, tests/test_fast_mtp.py)."""
+        definition the native call is checked against, tests/test_fast_mtp.py). positions: the
+        slots unless given (a tree's nodes sit at root + depth)."""
         w, s = self.weights.block.layers[0], self.weights.block.shape
         B, T = slots.shape
         Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
-        cos = self.rotary[0][slots][:, :, None, :]                             # [B, T, 1, D]
-        sin = self.rotary[1][slots][:, :, None, :]
+        at = slots if positions is None else positions
+        cos = self.rotary[0][at][:, :, None, :]                                # [B, T, 1, D]
+        sin = self.rotary[1][at][:, :, None, :]
         qkv = linear(rms_norm(x, w.input_norm, s.eps), w.qkv).view(B, T, Hq + 2 * KV, D)
         qk = apply_rotary(rms_norm(qkv[:, :, :Hq + KV], w.qk_norm, s.eps), cos, sin)
         q, key, value = qk[:, :, :Hq], qk[:, :, Hq:], qkv[:, :, Hq + KV:]

@@ -8,11 +8,14 @@ the trained layers' convention (llama.cpp's: the normed last state, embedding fi
 output chained, a lead pair). Which layer only changes acceptance; the output is exact with any
 (reference/heads/kit.py says why), and that is what the kit judges.
 
-Not applicable: the perfect-draft family (the kit's draft is not what proposes here); no tree
-level (fast.mtp.MTPDrafter drafts chains; the reference grows MTP trees, reference/heads/tree.py).
+Trees: a dynamic tree is grown by the layer (EAGLE-2's drafting, fast/dynamic.py with
+fast.mtp.MTPDrafter); a tree of a fixed shape needs a model draft, so those examples run with the
+kit's draft as --impl=fast does. Not applicable: the perfect-draft family (the kit's draft is not
+what proposes here).
 """
 
 import fast
+from fast.dynamic import is_dynamic
 from fast.mtp import MTPDrafter
 from fast.weights import KIT_MODEL_KINDS
 from reference.heads.kit import head_for
@@ -45,5 +48,15 @@ def batched_generate(target, draft, prompts, max_new_tokens, k=4, temperature=0.
                                  cuda_graphs=cuda_graphs)
 
 
+def tree_generate(target, draft, prompt_ids, max_new_tokens, tree=(2, 2, 2), stop_ids=(), *,
+                  temperature=0.0, generator=None, top_k=0, top_p=1.0, cuda_graphs=None):
+    """fast.tree_generate: a dynamic tree grown by the target's MTP layer, a fixed shape by
+    `draft` (the module docstring)."""
+    grower = MTPDrafter(layer_for(target)) if is_dynamic(tree) else draft
+    return fast.tree_generate(target, grower, prompt_ids, max_new_tokens, tree, stop_ids,
+                              temperature=temperature, generator=generator, top_k=top_k,
+                              top_p=top_p, cuda_graphs=cuda_graphs)
+
+
 __all__ = ["KIT_MODEL_KINDS", "KIT_NOT_APPLICABLE", "batched_generate", "layer_for",
-           "speculative_generate"]
+           "speculative_generate", "tree_generate"]

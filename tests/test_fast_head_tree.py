@@ -1,5 +1,6 @@
-"""Dynamic trees grown by the fast engine's EAGLE-3 head (fast/head.py's tree_root, tree_level,
-tree_keep; fast/dynamic.py): every round's tree is the reference's (reference/heads/tree.py)
+"""Dynamic trees grown by the fast engine's EAGLE-3 head and MTP layer (fast/head.py's tree_root,
+tree_level, tree_keep, fast/mtp.py's slots and step; fast/dynamic.py): every round's tree is the
+reference's (reference/heads/tree.py)
 node for node, greedy output is the target's in ragged batches with the fused step and without,
 and drafters that do not grow trees are refused by name. The sampled law: the kit's tree family
 with --impl=fast-head (its dynamic examples are drawn by the head)."""
@@ -13,8 +14,10 @@ import reference.dynamic_tree
 import reference.speculative as speculative
 from fast import fused
 from fast.head import HeadDrafter
+from fast.mtp import MTPDrafter
 from fast.testing import target_greedy
 from reference.dynamic_tree import DynamicTree
+from reference.heads.mtp import MTPLayer
 from reference.heads.random import random_head
 from reference.hidden import HiddenStates
 from reference.model import random_model
@@ -26,6 +29,10 @@ HEADS = {
     "eagle3-ends": dict(hidden=HiddenStates((0, 6), "input")),
     "eagle3-normed": dict(hidden=HiddenStates((1, 3), "output", normed=True)),
     "eagle3-d2t": dict(draft_vocab=list(range(255, 0, -3)) + [2, 4]),
+    # MTP layers (fast/mtp.py): vLLM's layout, and llama.cpp's with its lead pair
+    "mtp": dict(kind="mtp"),
+    "mtp-llamacpp": dict(kind="mtp", hidden=HiddenStates((5,), normed=True), recycle="normed",
+                         lead=True),
 }
 SPECS = [DynamicTree(4, 2, 8), DynamicTree(3, 3, 9), DynamicTree(4, 1, 4)]
 
@@ -37,8 +44,15 @@ def target():
 
 @pytest.fixture(scope="module")
 def heads(target):
-    return {name: random_head("eagle3", target, seed=40 + i, **options)
-            for i, (name, options) in enumerate(HEADS.items())}
+    out = {}
+    for i, (name, options) in enumerate(HEADS.items()):
+        options = dict(options)
+        out[name] = random_head(options.pop("kind", "eagle3"), target, seed=40 + i, **options)
+    return out
+
+
+def drafter(head):
+    return MTPDrafter(head) if isinstance(head, MTPLayer) else HeadDrafter(head)
 
 
 def _reference_trees(monkeypatch, target, head, prompt, spec):
@@ -65,7 +79,7 @@ def _fast_trees(monkeypatch, target, head, prompts, spec):
         trees.append(ids.tolist())      # a head's levels are its own steps: every call verifies
         return rows_tree(runner, ids, *args, **kwargs)
 
-    engine = fast.FastEngine(target, HeadDrafter(head), max_batch=len(prompts), max_cache_len=64)
+    engine = fast.FastEngine(target, drafter(head), max_batch=len(prompts), max_cache_len=64)
     with monkeypatch.context() as patch:
         patch.setattr(fast.dynamic, "rows_tree", spy)
         outputs, _ = engine.generate_tree(prompts, 12, tree=spec)
@@ -90,26 +104,36 @@ def test_every_round_grows_the_references_tree(monkeypatch, target, heads, name,
 def test_greedy_is_the_targets_in_ragged_batches(target, heads, spec, native):
     expected = [target_greedy(target, p, 12) for p in PROMPTS]
     with fused.enabled(native):
-        for name in ("eagle3", "eagle3-d2t"):
-            engine = fast.FastEngine(target, HeadDrafter(heads[name]), max_batch=len(PROMPTS),
+        for name in ("eagle3", "eagle3-d2t", "mtp-llamacpp"):
+            engine = fast.FastEngine(target, drafter(heads[name]), max_batch=len(PROMPTS),
                                      max_cache_len=64)
             outputs, stats = engine.generate_tree(PROMPTS, 12, tree=spec)
             assert outputs == expected, name
             assert stats["rounds"] <= 12
 
 
-def test_fused_and_eager_grow_the_same_trees(monkeypatch, target, heads):
+@pytest.mark.parametrize("name", ["eagle3", "mtp", "mtp-llamacpp"])
+def test_one_token_prompts_alone(target, heads, name):
+    """Every row's first round without a verified feature (no block fed at all that round)."""
+    prompts = [[17], [3], [250]]
+    engine = fast.FastEngine(target, drafter(heads[name]), max_batch=3, max_cache_len=64)
+    outputs, _ = engine.generate_tree(prompts, 9, tree=SPECS[0])
+    assert outputs == [target_greedy(target, p, 9) for p in prompts]
+
+
+@pytest.mark.parametrize("name", ["eagle3-normed", "mtp-llamacpp"])
+def test_fused_and_eager_grow_the_same_trees(monkeypatch, target, heads, name):
     with fused.enabled(True):
-        native, _ = _fast_trees(monkeypatch, target, heads["eagle3-normed"], PROMPTS, SPECS[0])
+        native, _ = _fast_trees(monkeypatch, target, heads[name], PROMPTS, SPECS[0])
     with fused.enabled(False):
-        eager, _ = _fast_trees(monkeypatch, target, heads["eagle3-normed"], PROMPTS, SPECS[0])
+        eager, _ = _fast_trees(monkeypatch, target, heads[name], PROMPTS, SPECS[0])
     assert native == eager
 
 
 def test_sampled_rows_stop_at_their_budgets(target, heads):
     """Sampling through the head's trees: every row gets its budget (no stop ids), tokens in
     the vocabulary. The law itself is the kit's (module docstring)."""
-    engine = fast.FastEngine(target, HeadDrafter(heads["eagle3-d2t"]), max_batch=len(PROMPTS),
+    engine = fast.FastEngine(target, drafter(heads["mtp-llamacpp"]), max_batch=len(PROMPTS),
                              max_cache_len=64)
     generator = torch.Generator().manual_seed(5)
     outputs, _ = engine.generate_tree(PROMPTS, [3, 12, 7, 12, 5], tree=SPECS[0], temperature=1.0,
