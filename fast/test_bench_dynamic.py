@@ -7,8 +7,9 @@ chain (k = 4) tokens per target call >= 1.5x, at a verify cost within 1.2 target
 
 - test_y_tokens_per_call: tokens per target call of the chain (k = 4) and of dynamic trees
   (reference/dynamic_tree.py's rule), greedy and T = 1, the ratio beside the goal, for the small
-  draft and for the EAGLE-3 head (reference/trained-large/eagle3/, `make models-large-head`;
-  its trees drawn as EAGLE-2 draws them, fast/head.py), each against its own chain; tokens/s of
+  draft, for the EAGLE-3 head and for the MTP layer (reference/trained-large/eagle3/ and mtp/,
+  `make models-large-head`; their trees drawn as EAGLE-2 draws them, fast/head.py and
+  fast/mtp.py), each against its own chain; tokens/s of
   both, timed alternately (minimum over rounds), beside it without a goal. Printed with it: the
   ORACLE bound of the greedy ratio, the tokens per call of a tree that holds the target's whole
   greedy path as long as each of its tokens is among the draft's top-topk at its node, up to the
@@ -36,8 +37,10 @@ K, NEW_TOKENS, ROUNDS = 4, 64, 3
 # draft's, and the EAGLE-3 head's (EAGLE-2's drafting: fast/head.py's tree levels), each against
 # the chain of the same drafter.
 TREES = {"d8 k2 n16": DynamicTree(8, 2, 16), "d5 k2 n6": DynamicTree(5, 2, 6)}
-HEAD_TREES = {"head d8 k2 n16": DynamicTree(8, 2, 16), "head d5 k2 n8": DynamicTree(5, 2, 8)}
-CASES = [("small", name) for name in TREES] + [("eagle3", name) for name in HEAD_TREES]
+HEAD_TREES = {"head d8 k2 n16": DynamicTree(8, 2, 16), "head d5 k2 n8": DynamicTree(5, 2, 8),
+              "mtp d8 k2 n16": DynamicTree(8, 2, 16)}
+CASES = [("small", name) for name in TREES] + \
+    [("mtp" if name.startswith("mtp") else "eagle3", name) for name in HEAD_TREES]
 TOKENS_GOAL, VERIFY_GOAL = 1.5, 1.2
 VERIFY_ROUNDS = 60
 
@@ -80,12 +83,14 @@ def test_y_tokens_per_call(benchmark, figures, large, drafter, name, temperature
     if drafter == "small":
         draft = large.drafts()["small"]
         grower = lambda: draft                  # noqa: E731
-    elif (pretrained.LARGE_DIR / "eagle3" / "config.json").is_file():
+    elif (pretrained.LARGE_DIR / drafter / "config.json").is_file():
         from fast.head import HeadDrafter
-        head = large.head("eagle3")
-        grower = lambda: HeadDrafter(head)      # noqa: E731 (one generation's state each)
+        from fast.mtp import MTPDrafter
+        head, kind = large.head(drafter), MTPDrafter if drafter == "mtp" else HeadDrafter
+        grower = lambda: kind(head)             # noqa: E731 (one generation's state each)
     else:
-        pytest.skip(f"no EAGLE-3 head at {pretrained.LARGE_DIR / 'eagle3'}: make models-large-head")
+        pytest.skip(f"no {drafter} head at {pretrained.LARGE_DIR / drafter}: make "
+                    f"models-large-head")
     prompts = large.prompts()[:4]
     new = 2 if benchmark.disabled else NEW_TOKENS
     if benchmark.disabled:
@@ -138,10 +143,11 @@ def test_y_tokens_per_call(benchmark, figures, large, drafter, name, temperature
         figures.put(f"y/{name}/oracle", best / per_call["chain"])
     figures.put(f"y/{name}/{temperature:g}/tokens-per-call", ratio)
     benchmark.extra_info.update({"tokens_per_call": per_call, "tokens_per_s": speed})
-    if temperature == 0 and drafter != "small":
+    if temperature == 0 and drafter == "eagle3":
         note += ("; bound for trees of the head's top-2 children: fast/test_bench_head.py's "
                  "test_h_tree_bound")
-    who = "" if drafter == "small" else " drawn by the EAGLE-3 head"
+    who = {"small": "", "eagle3": " drawn by the EAGLE-3 head", "mtp": " drawn by the MTP layer"}[
+        drafter]
     figures.ratio(benchmark, f"(y) large, dynamic tree {tree.depth}/{tree.topk}/{tree.budget}{who} / "
                   f"chain k={K}, tokens per target call, B=1, T={temperature:g}", ratio,
                   f">= {TOKENS_GOAL}", ratio >= TOKENS_GOAL, note)
