@@ -140,20 +140,29 @@ class HeadDrafter:
                 c.head_dim)
         theirs = (s.vocab_size, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim)
         if mine != theirs:
-            raise ValueError(f"head was made for a target of (vocab, hidden, heads, kv heads, "
-                             f"head_dim) = {mine}, but the target has {theirs}")
-        if self.weights.fc.dtype != target_weights.dtype or \
-                self.weights.fc.device != target_weights.device:
-            raise ValueError(f"head is {self.weights.fc.dtype} on {self.weights.fc.device} but "
-                             f"the target is {target_weights.dtype} on {target_weights.device}")
+            raise ValueError(f"{self.what} was made for a target of (vocab, hidden, heads, kv "
+                             f"heads, head_dim) = {mine}, but the target has {theirs}")
+        mat = self._matrix
+        if mat.dtype != target_weights.dtype or mat.device != target_weights.device:
+            raise ValueError(f"{self.what} is {mat.dtype} on {mat.device} but the target is "
+                             f"{target_weights.dtype} on {target_weights.device}")
         self.states = tuple(self.head.hidden.indices(s.num_layers))
         self.target_norm = target_weights.norm if self.head.hidden.normed else None
         self.eps, self.shape = s.eps, s
-        self.cache = StaticCache(1, max_batch, s.num_kv_heads, s.head_dim, capacity,
+        room = capacity + self.extra_slots
+        self.cache = StaticCache(1, max_batch, s.num_kv_heads, s.head_dim, room,
                                  target_weights.dtype, target_weights.device)
-        self.rotary = rotary_table(s.head_dim, s.rope_theta, capacity, target_weights.dtype,
+        self.rotary = rotary_table(s.head_dim, s.rope_theta, room, target_weights.dtype,
                                    target_weights.device)
         self._causal = {}
+
+    what = "head"           # how an error names the drafter
+    extra_slots = 0         # its cache's slots past the engine's capacity (fast/mtp.py: 2)
+
+    @property
+    def _matrix(self) -> torch.Tensor:
+        """One of its matrices: its dtype and device must be the target's."""
+        return self.weights.fc
 
     # --------------------------------------------------------------- what the engine calls
 
@@ -334,7 +343,7 @@ class HeadDrafter:
 
     @property
     def target_dtype(self):
-        return self.weights.fc.dtype
+        return self._matrix.dtype
 
     def _root_slot(self, lengths: torch.Tensor) -> torch.Tensor:
         return lengths - 1          # the pair (f_{L-1}, t_L) at slot L - 1

@@ -55,10 +55,9 @@ import torch
 import torch.nn.functional as F
 
 from fast import fused
-from fast.cache import StaticCache
 from fast.forward import attention_bias, rms_norm, window_mask
 from fast.head import HeadDrafter
-from fast.rotary import apply_rotary, rotary_table
+from fast.rotary import apply_rotary
 from fast.small_m import linear
 from fast.weights import (LayerWeights, ModelWeights, Shape, _fingerprint, _head, _matrices,
                           huge_pages)
@@ -130,8 +129,8 @@ def mtp_weights_of(layer) -> MTPWeights:
 
 class MTPDrafter(HeadDrafter):
     """The fast engine's MTP drafter (fast/drafter.py protocol); see the module. From
-    HeadDrafter it takes saw, after_round and the causal masks; the rest is the layer's."""
-
+    HeadDrafter it takes attach, saw, after_round, the causal masks and the tree levels'
+    shape; the rest is the layer's."""
 
     def __init__(self, layer):
         from reference.heads.mtp import MTPLayer
@@ -151,28 +150,12 @@ class MTPDrafter(HeadDrafter):
         self.states = None          # residual-state indices the target's forwards return
         self.cache = None
 
-    def attach(self, target_weights, max_batch: int, capacity: int) -> None:
-        """Called by the engine: check the layer against the target and size its cache."""
-        c, s = self.config, target_weights.shape
-        mine = (c.vocab_size, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-                c.head_dim)
-        theirs = (s.vocab_size, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim)
-        if mine != theirs:
-            raise ValueError(f"layer was made for a target of (vocab, hidden, heads, kv heads, "
-                             f"head_dim) = {mine}, but the target has {theirs}")
-        mat = self.weights.eh_proj
-        if mat.dtype != target_weights.dtype or mat.device != target_weights.device:
-            raise ValueError(f"layer is {mat.dtype} on {mat.device} but the target is "
-                             f"{target_weights.dtype} on {target_weights.device}")
-        self.states = tuple(self.layer.hidden.indices(s.num_layers))
-        self.target_norm = target_weights.norm if self.layer.hidden.normed else None
-        self.eps, self.shape = s.eps, s
-        room = capacity + EXTRA_SLOTS
-        self.cache = StaticCache(1, max_batch, s.num_kv_heads, s.head_dim, room,
-                                 target_weights.dtype, target_weights.device)
-        self.rotary = rotary_table(s.head_dim, s.rope_theta, room, target_weights.dtype,
-                                   target_weights.device)
-        self._causal = {}
+    what = "layer"
+    extra_slots = EXTRA_SLOTS       # the module docstring's two slots
+
+    @property
+    def _matrix(self) -> torch.Tensor:
+        return self.weights.eh_proj
 
     # --------------------------------------------------------------- what the engine calls
 
@@ -253,10 +236,6 @@ class MTPDrafter(HeadDrafter):
     # pair (h_{L-1}, t_L) at slot L - 1 + lead, a slot its pair's position), its first block
     # (the lead pair's slot fed again) and its step (eh_proj's input, the block, the target's
     # norm and lm_head, the recycled output as a child's h).
-
-    @property
-    def target_dtype(self):
-        return self.weights.eh_proj.dtype
 
     def _root_slot(self, lengths: torch.Tensor) -> torch.Tensor:
         return lengths - 1 + self.lead

@@ -6,8 +6,8 @@ NAME is one of
   ``reference.heads.kit``: the reference drafting with an EAGLE-3 head of the target, chains
   and dynamic trees), ``fast`` (module ``fast``), ``fast-eager``
   (module ``fast.eager``: the fast engine without its fused CPU step), ``fast-head`` (module
-  ``fast.head_kit``: the fast engine drafting with an EAGLE-3 head of the target) or
-  ``fast-mtp`` (module ``fast.mtp_kit``: the same with an MTP layer of the target);
+  ``fast.head_kit``, object ``EAGLE3``: the fast engine drafting with an EAGLE-3 head of the
+  target) or ``fast-mtp`` (``fast.head_kit``, object ``MTP``: the same with an MTP layer);
 * a dotted module name, e.g. ``mypkg.spec``;
 * a path to a ``.py`` file, e.g. ``engine/speculative.py``;
 * any of those followed by ``:ATTR``, where ATTR names an attribute of the module: a class
@@ -46,10 +46,10 @@ ALIASES = {"reference": "reference.speculative", "fast": "fast",
            "reference-head": "reference.heads.kit",
            # the fast engine with its steps run as torch operations, not one fused CPU call
            "fast-eager": "fast.eager",
-           # the fast engine drafting with an EAGLE-3 head of the target (fast/head_kit.py)
-           "fast-head": "fast.head_kit",
-           # the fast engine drafting with an MTP layer of the target (fast/mtp_kit.py)
-           "fast-mtp": "fast.mtp_kit",
+           # the fast engine drafting with an EAGLE-3 head / an MTP layer of the target
+           # (fast/head_kit.py)
+           "fast-head": "fast.head_kit:EAGLE3",
+           "fast-mtp": "fast.head_kit:MTP",
            # transformers' assisted generation and prompt lookup (properties/adapters/transformers.py)
            "transformers": "properties.adapters.transformers",
            "transformers-lookup": "properties.adapters.transformers:PromptLookup",

@@ -192,18 +192,19 @@ def test_a_batch_of_one_token_prompts_drafts_from_the_second_round(target, heads
 
 
 def test_the_kit_impl_drafts_with_the_targets_trained_head_where_one_fits():
-    """--impl=fast-head (fast/head_kit.py): the committed trained target gets its trained head
+    """--impl=fast-head (fast/head_kit.py's EAGLE3): the committed trained target gets its trained head
     (what the kit's trained cases then judge), a shallow kit target a random head reading its
     embeddings and last stream; one head per target, kept."""
-    from fast import head_kit
+    from fast.head_kit import EAGLE3
+    from reference.heads.kit import head_for
     pretrained = pytest.importorskip("reference.pretrained")
     pair = pretrained.load(torch.float64)
-    head = head_kit.head_for(pair.target)
+    head = head_for(pair.target)
     assert torch.equal(head.fc.weight, pair.head("eagle3").fc.weight)
-    assert head_kit.head_for(pair.target) is head
+    assert head_for(pair.target) is head and EAGLE3.drafter(pair.target).head is head
     shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
-    assert head_kit.head_for(shallow).hidden == HiddenStates((0, 2), "input")
-    assert "perfect_draft" in head_kit.KIT_NOT_APPLICABLE
+    assert head_for(shallow).hidden == HiddenStates((0, 2), "input")
+    assert "perfect_draft" in EAGLE3.KIT_NOT_APPLICABLE
 
 
 def test_the_heads_fast_weights_are_made_once_and_remade_when_it_changes(target):

@@ -284,20 +284,21 @@ def test_the_weight_bound_pairs_trained_layer_drafts_as_recorded():
 
 
 def test_the_kit_impl_drafts_with_the_targets_trained_layer_where_one_fits():
-    """--impl=fast-mtp (fast/mtp_kit.py): the committed trained target gets its trained MTP
-    layer, a kit target of other shapes a random one in the same convention; one per target,
+    """--impl=fast-mtp (fast/head_kit.py's MTP): the committed trained target gets its trained
+    MTP layer, a kit target of other shapes a random one in the same convention; one per target,
     kept."""
-    from fast import mtp_kit
+    from fast.head_kit import MTP
+    from reference.heads.kit import head_for
     pretrained = pytest.importorskip("reference.pretrained")
     pair = pretrained.load(torch.float64)
     if not pair.has_head("mtp"):
         pytest.skip("reference/trained/mtp is not trained (make models-heads)")
-    layer = mtp_kit.layer_for(pair.target)
+    layer = head_for(pair.target, "mtp")
     assert torch.equal(layer.eh_proj.weight, pair.head("mtp").eh_proj.weight)
-    assert mtp_kit.layer_for(pair.target) is layer
+    assert head_for(pair.target, "mtp") is layer and MTP.drafter(pair.target).layer is layer
     shallow = random_model(Config(num_hidden_layers=2), seed=1, dtype=torch.float64)
-    made = mtp_kit.layer_for(shallow)
+    made = head_for(shallow, "mtp")
     assert (made.hidden, made.lead, made.recycle) == (last_layer(2, normed=True), True, "normed")
-    assert "perfect_draft" in mtp_kit.KIT_NOT_APPLICABLE
-    outputs, _ = mtp_kit.batched_generate(shallow, None, PROMPTS[:2], 6, k=3)
+    assert "perfect_draft" in MTP.KIT_NOT_APPLICABLE
+    outputs, _ = MTP.batched_generate(shallow, None, PROMPTS[:2], 6, k=3)
     assert outputs == [target_greedy(shallow, p, 6) for p in PROMPTS[:2]]

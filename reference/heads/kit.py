@@ -7,7 +7,7 @@ has the shapes of a committed trained target with one (reference/trained*/), els
 random head. Which head only changes acceptance: the output is exact with any head (greedy: the
 target's argmax decides every token; sampling: proposals are drawn from the head's q and the
 rejection rule corrects to the target's law), and that is what the kit judges. `head_for` is
-also what --impl=fast-head and --impl=fast-mtp draft with (fast/head_kit.py, fast/mtp_kit.py),
+also what --impl=fast-head and --impl=fast-mtp draft with (fast/head_kit.py),
 so the reference and the fast engine are judged with the same head.
 
 Trees: a dynamic tree (DynamicTree, "dynamic") is grown by the head (EAGLE-2's drafting,
