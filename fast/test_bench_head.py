@@ -148,6 +148,24 @@ def accepted_by_round(generate):
     return result, torch.cat(log).tolist() if log else []
 
 
+def arithmetic(acceptance: float, k: int, positions: list, per_call: float, verify, drafting,
+               what: str) -> str:
+    """The bound of a drafter / plain ratio from its step costs, in words: a round costs a
+    verify and the drafting (decode steps; None where not measured) and yields per_call
+    tokens, so the ratio is at most per_call / (verify + drafting); and what GOAL would need."""
+    why = (f"acceptance {acceptance:.3f} at k={k} (by position "
+           + " ".join(f"{a:.2f}" for a in positions)
+           + f") gives {per_call:.2f} tokens per target call")
+    if verify is None or drafting is None:
+        return why
+    cost = verify + drafting
+    return (why + f"; a round costs verify {verify:.2f} + {what} drafting {drafting:.2f} = "
+            f"{cost:.2f} decode steps, so at most {per_call / cost:.2f}x (with every proposal "
+            f"accepted {(k + 1) / cost:.2f}x); {GOAL[0]:.1f}x needs {GOAL[0] * cost:.2f} tokens "
+            f"per call at this cost, or drafting <= {per_call / GOAL[0] - verify:.2f} decode "
+            f"steps at this acceptance")
+
+
 def by_position(accepted: list, k: int) -> list:
     """Acceptance at each proposal position: of the rounds that reached position i (accepted
     every proposal before it), the share that accepted proposal i."""
@@ -194,16 +212,7 @@ def test_h_head(benchmark, figures, pair, k, temperature):
     _, accepted = accepted_by_round(speculative)
     positions = by_position(accepted, k)
     acceptance = counts["accepted"] / counts["proposed"]
-    why = (f"acceptance {acceptance:.3f} at k={k} (by position "
-           + " ".join(f"{a:.2f}" for a in positions)
-           + f") gives {per_call:.2f} tokens per target call"
-           + ("" if bound is None else
-              f"; a round costs verify {verify:.2f} + head drafting {drafting:.2f} = "
-              f"{verify + drafting:.2f} decode steps, so at most {bound(per_call):.2f}x (with "
-              f"every proposal accepted {bound(k + 1):.2f}x); "
-              f"{GOAL[0]:.1f}x needs {GOAL[0] * (verify + drafting):.2f} tokens per call at "
-              f"this cost, or drafting <= {per_call / GOAL[0] - verify:.2f} decode steps at "
-              f"this acceptance"))
+    why = arithmetic(acceptance, k, positions, per_call, verify, drafting, "head")
     # the summary's line for the arithmetic; this benchmark's JSON keeps its measured ratio
     measured = {key: benchmark.extra_info[key] for key in ("ratio", "target", "met", "note")}
     figures.ratio(benchmark, f"(h) why{size} T={temperature:g} misses {GOAL[1]}: step-cost bound",

@@ -24,7 +24,8 @@ import torch
 
 import fast
 from fast.plain import plain_generate
-from fast.test_bench_head import GOAL, KS, TEMPERATURES, accepted_by_round, by_position, cost_name
+from fast.test_bench_head import (GOAL, KS, TEMPERATURES, accepted_by_round, arithmetic,
+                                  by_position, cost_name)
 from fast.test_bench_trained import K, ms, paired, prefilled, side_by_side, workload
 
 pretrained = pytest.importorskip("reference.pretrained")
@@ -181,16 +182,7 @@ def test_m_drafter(benchmark, figures, pair, name, k, temperature):
     _, accepted = accepted_by_round(speculative)
     positions = by_position(accepted, k)
     acceptance = counts["accepted"] / counts["proposed"]
-    why = (f"acceptance {acceptance:.3f} at k={k} (by position "
-           + " ".join(f"{a:.2f}" for a in positions)
-           + f") gives {per_call:.2f} tokens per target call"
-           + ("" if bound is None else
-              f"; a round costs verify {verify:.2f} + {WHAT[name]} drafting {drafting:.2f} = "
-              f"{verify + drafting:.2f} decode steps, so at most {bound(per_call):.2f}x (with "
-              f"every proposal accepted {bound(k + 1):.2f}x); "
-              f"{GOAL[0]:.1f}x needs {GOAL[0] * (verify + drafting):.2f} tokens per call at "
-              f"this cost, or drafting <= {per_call / GOAL[0] - verify:.2f} decode steps at "
-              f"this acceptance"))
+    why = arithmetic(acceptance, k, positions, per_call, verify, drafting, WHAT[name])
     measured = {key: benchmark.extra_info[key] for key in ("ratio", "target", "met", "note")}
     figures.ratio(benchmark, f"(m) {name}{size} T={temperature:g}: step-cost bound",
                   bound(per_call) if bound is not None else measured["ratio"], None, None, why)
