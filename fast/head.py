@@ -52,7 +52,8 @@ from fast.cache import StaticCache
 from fast.forward import attention_bias, rms_norm, window_mask
 from fast.rotary import apply_rotary, rotary_table
 from fast.small_m import linear
-from fast.weights import LayerWeights, ModelWeights, Shape, _fingerprint, _matrices, huge_pages
+from fast.weights import (LayerWeights, ModelWeights, Shape, _fingerprint, _matrices, huge_pages,
+                          kept)
 
 
 @dataclass
@@ -75,12 +76,7 @@ def head_weights(head) -> HeadWeights:
     """head_weights_of(head), made once per head and state of its weights (_HEAD_WEIGHTS)."""
     key = _fingerprint(head) + tuple((b.data_ptr(), b._version) for b in head.buffers()) + \
         (huge_pages.on,)
-    hit = _HEAD_WEIGHTS.get(head)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    weights = head_weights_of(head)
-    _HEAD_WEIGHTS[head] = (key, weights)
-    return weights
+    return kept(_HEAD_WEIGHTS, head, key, lambda: head_weights_of(head))
 
 
 def head_weights_of(head) -> HeadWeights:

@@ -60,7 +60,7 @@ from fast.head import HeadDrafter
 from fast.rotary import apply_rotary
 from fast.small_m import linear
 from fast.weights import (LayerWeights, ModelWeights, Shape, _fingerprint, _head, _matrices,
-                          huge_pages)
+                          huge_pages, kept)
 
 # slots the layer's cache holds beyond the engine's (module docstring: the block's last write)
 EXTRA_SLOTS = 2
@@ -91,12 +91,7 @@ def mtp_weights(layer) -> MTPWeights:
     """mtp_weights_of(layer), made once per layer and state of its (and its target's) weights."""
     key = _fingerprint(layer) + sum((_fingerprint(m) for m in _shared(layer)), ()) + \
         (huge_pages.on,)
-    hit = _MTP_WEIGHTS.get(layer)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    weights = mtp_weights_of(layer)
-    _MTP_WEIGHTS[layer] = (key, weights)
-    return weights
+    return kept(_MTP_WEIGHTS, layer, key, lambda: mtp_weights_of(layer))
 
 
 def mtp_weights_of(layer) -> MTPWeights:

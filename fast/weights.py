@@ -214,11 +214,23 @@ def _fingerprint(module) -> tuple:
     return tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in module.parameters())
 
 
-def _fuse_layer(block) -> LayerWeights:
-    key = _fingerprint(block) + (huge_pages.on,)
-    hit = _FUSED.get(block)
+def kept(store, owner, key: tuple, build):
+    """build()'s result, made once per owner and kept in store (a WeakKeyDictionary owner ->
+    (key, result)) while key -- a fingerprint of the owner's weights -- stays the same: the fast
+    copies of a module's weights, rebuilt when they change in place or are replaced."""
+    hit = store.get(owner)
     if hit is not None and hit[0] == key:
         return hit[1]
+    made = build()
+    store[owner] = (key, made)
+    return made
+
+
+def _fuse_layer(block) -> LayerWeights:
+    return kept(_FUSED, block, _fingerprint(block) + (huge_pages.on,), lambda: _fused_of(block))
+
+
+def _fused_of(block) -> LayerWeights:
     attn, mlp = block.self_attn, block.mlp
     head_dim = attn.q_norm.weight.shape[0]
     heads, kv_heads = attn.q_proj.weight.shape[0] // head_dim, attn.k_proj.weight.shape[0] // head_dim
@@ -236,7 +248,6 @@ def _fuse_layer(block) -> LayerWeights:
             gate_up=gate_up,
             down=down,
         )
-    _FUSED[block] = (key, fused)
     return fused
 
 
@@ -245,14 +256,10 @@ _HEADS = weakref.WeakKeyDictionary()
 
 
 def _head(lm_head) -> torch.Tensor:
-    key = _fingerprint(lm_head) + (huge_pages.on,)
-    hit = _HEADS.get(lm_head)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    with torch.no_grad():
-        (matrix,) = _matrices([[lm_head.weight]])
-    _HEADS[lm_head] = (key, matrix)
-    return matrix
+    def build():
+        with torch.no_grad():
+            return _matrices([[lm_head.weight]])[0]
+    return kept(_HEADS, lm_head, _fingerprint(lm_head) + (huge_pages.on,), build)
 
 
 def model_weights(model, argument: str = "model") -> ModelWeights:
