@@ -21,7 +21,7 @@ weights the logits agree with the reference's to rounding (tests/test_fast_forwa
 
 On a CPU, a step of at most 1024 fed tokens in float32 or float64 runs every decoder layer in one
 native call (fast/fused.py, fast/fused.cpp: the CPU counterpart of a replayed CUDA graph); the
-loop of torch operations below (_eager_layers) is the definition it is tested against, and runs
+loop of torch operations below (eager_layers) is the definition it is tested against, and runs
 everything else (long prefills, low precision, GPUs, FAST_FUSED=0).
 
 Nothing here reads a tensor's value on the host, so the whole function can be captured in a
@@ -102,8 +102,8 @@ def forward(weights: ModelWeights, cache: StaticCache, ids: torch.Tensor, slots:
                              states=states, features=features)
     normed = x is not None
     if x is None:
-        x = _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states,
-                          features)
+        x = eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states,
+                         features)
     if logits_at is None:
         return None if states is None else (None, features)
     logits = _head(weights, x, logits_at, normed)
@@ -135,12 +135,16 @@ def _head(weights: ModelWeights, x: torch.Tensor, logits_at, normed: bool) -> to
     return linear(x if normed else rms_norm(x, weights.norm, s.eps), weights.lm_head)
 
 
-def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states=None,
-                  features=None) -> torch.Tensor:
+def eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, states=None,
+                 features=None, pair=None, start=None) -> torch.Tensor:
     """The decoder layers as torch operations: x [B, T, hidden] before the final norm. The
-    definition fast/fused.cpp is checked against (tests/test_fast_fused.py). With states, the
-    residual stream after i layers is copied into features' i-th block for each i named (a
-    copy: the stream is updated in place)."""
+    definition fast/fused.cpp is checked against (tests/test_fast_fused.py, and the heads' tests
+    for its two modes). With states, the residual stream after i layers is copied into
+    features' i-th block for each i named (a copy: the stream is updated in place).
+    The native call's modes for a head's layer (fast/fused.py): pair = (h [B, T, hidden],
+    hidden_norm): an EAGLE-3 layer, the stream starting as h and the first layer's q/k/v reading
+    [input_norm(embedding), hidden_norm(h)]; start = x [B, T, hidden]: an MTP layer's block, the
+    stream starting as x."""
     s = weights.shape
     B, T = ids.shape
     H, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
@@ -152,10 +156,17 @@ def _eager_layers(weights, cache, ids, slots, positions, mask, span, rotary, sta
     attn_bias = attention_bias(mask, weights.dtype)                      # [B, 1, T, span]
     # Where each fed token's key/value goes, shared by every layer's cache write.
     write_at = slots[:, None, :, None].expand(B, KV, T, D)               # [B, KV, T, D]
-    x = F.embedding(ids, weights.embed)                                  # [B, T, hidden]
+    embedded = F.embedding(ids, weights.embed)                           # [B, T, hidden]
+    # the stream: the embedding, or a head's own start (copied: it is updated in place)
+    x = embedded if pair is None and start is None else \
+        (pair[0] if start is None else start).clone()
     for index, layer in enumerate(weights.layers):
         _keep(x, index, states, features)
-        h = rms_norm(x, layer.input_norm, s.eps)
+        if pair is not None and index == 0:
+            h = torch.cat([rms_norm(embedded, layer.input_norm, s.eps),
+                           rms_norm(x, pair[1], s.eps)], -1)             # [B, T, 2 hidden]
+        else:
+            h = rms_norm(x, layer.input_norm, s.eps)
         qkv = linear(h, layer.qkv).view(B, T, H + 2 * KV, D)             # [B, T, H + 2 KV, D]
         # q and k heads share one norm (per-head weights) and one rotary.
         qk = apply_rotary(rms_norm(qkv[:, :, :H + KV], layer.qk_norm, s.eps), cos, sin)

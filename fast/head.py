@@ -49,8 +49,8 @@ import torch.nn.functional as F
 
 from fast import fused
 from fast.cache import StaticCache
-from fast.forward import attention_bias, rms_norm, window_mask
-from fast.rotary import apply_rotary, rotary_table
+from fast.forward import eager_layers, rms_norm, window_mask
+from fast.rotary import rotary_table
 from fast.small_m import linear
 from fast.weights import (LayerWeights, ModelWeights, Shape, _fingerprint, _matrices, huge_pages,
                           kept)
@@ -266,29 +266,12 @@ class HeadDrafter:
         return linear(rms_norm(g, model.norm, model.shape.eps), model.lm_head), g   # [B, Vd], [B, H]
 
     def _eager_layer(self, tokens, h, slots, mask, span, positions=None):
-        """The head's layer as torch operations: g [B, T, H] (the definition the native call
-        is checked against, tests/test_fast_head.py). positions: the slots unless given (a
-        tree's nodes sit at root + depth)."""
-        w, s = self.weights.model.layers[0], self.weights.model.shape
-        B, T = tokens.shape
-        Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
-        at = slots if positions is None else positions
-        cos = self.rotary[0][at][:, :, None, :]                                # [B, T, 1, D]
-        sin = self.rotary[1][at][:, :, None, :]
-        pair = torch.cat([rms_norm(F.embedding(tokens, self.weights.model.embed), w.input_norm,
-                                   s.eps),
-                          rms_norm(h, self.weights.hidden_norm, s.eps)], -1)   # [B, T, 2H]
-        qkv = linear(pair, w.qkv).view(B, T, Hq + 2 * KV, D)
-        qk = apply_rotary(rms_norm(qkv[:, :, :Hq + KV], w.qk_norm, s.eps), cos, sin)
-        q, key, value = qk[:, :, :Hq], qk[:, :, Hq:], qkv[:, :, Hq + KV:]
-        self.cache.write(0, B, slots, key.transpose(1, 2), value.transpose(1, 2))
-        keys, values = self.cache.view(0, B, span)                             # [B, KV, span, D]
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values,
-                                           attn_mask=attention_bias(mask, keys.dtype),
-                                           enable_gqa=Hq != KV)                # [B, Hq, T, D]
-        g = h + linear(y.transpose(1, 2).reshape(B, T, Hq * D), w.o)           # [B, T, H]
-        gate, up = linear(rms_norm(g, w.post_norm, s.eps), w.gate_up).chunk(2, dim=-1)
-        return g + linear(F.silu(gate) * up, w.down)
+        """The head's layer as torch operations: g [B, T, H] (fast/forward.py's eager layers in
+        their EAGLE-3 mode, the definition the native call is checked against). positions: the
+        slots unless given (a tree's nodes sit at root + depth)."""
+        return eager_layers(self.weights.model, self.cache, tokens, slots,
+                            slots if positions is None else positions, mask, span, self.rotary,
+                            pair=(h, self.weights.hidden_norm))
 
     # --------------------------------------------------------------- a dynamic tree's levels
     # fast/dynamic.py grows each row's tree from these (EAGLE-2's drafting; the rule and its

@@ -55,9 +55,8 @@ import torch
 import torch.nn.functional as F
 
 from fast import fused
-from fast.forward import attention_bias, rms_norm, window_mask
+from fast.forward import eager_layers, rms_norm, window_mask
 from fast.head import HeadDrafter
-from fast.rotary import apply_rotary
 from fast.small_m import linear
 from fast.weights import (LayerWeights, ModelWeights, Shape, _fingerprint, _head, _matrices,
                           huge_pages, kept)
@@ -257,7 +256,7 @@ class MTPDrafter(HeadDrafter):
         g = fused.decoder_layers(model, self.cache, ids, slots, positions, mask, span,
                                  self.rotary, start=x)
         if g is None:
-            g = self._eager_block(x, slots, mask, span, positions)
+            g = self._eager_block(ids, x, slots, mask, span, positions)
         normed = rms_norm(g, model.norm, model.shape.eps)                      # [B, n, H]
         return linear(normed, model.lm_head), normed if self.layer.recycle == "normed" else g
 
@@ -314,31 +313,17 @@ class MTPDrafter(HeadDrafter):
         g = fused.decoder_layers(model, self.cache, tokens, slots, slots, mask, span,
                                  self.rotary, start=x)
         if g is None:
-            g = self._eager_block(x, slots, mask, span)
+            g = self._eager_block(tokens, x, slots, mask, span)
         # the block's row each batch row reads on (the norm and lm_head are per row)
         g = g[:, -1] if at is None else g.gather(1, at[:, :, None].expand(B, 1, g.shape[-1]))[:, 0]
         normed = rms_norm(g, model.norm, model.shape.eps)                      # [B, H]
         logits = linear(normed, model.lm_head)                                 # [B, V]
         return logits, normed if self.layer.recycle == "normed" else g
 
-    def _eager_block(self, x, slots, mask, span, positions=None):
-        """The layer's block over x [B, T, H] as torch operations: its output [B, T, H] (the
-        definition the native call is checked against, tests/test_fast_mtp.py). positions: the
-        slots unless given (a tree's nodes sit at root + depth)."""
-        w, s = self.weights.block.layers[0], self.weights.block.shape
-        B, T = slots.shape
-        Hq, KV, D = s.num_heads, s.num_kv_heads, s.head_dim
-        at = slots if positions is None else positions
-        cos = self.rotary[0][at][:, :, None, :]                                # [B, T, 1, D]
-        sin = self.rotary[1][at][:, :, None, :]
-        qkv = linear(rms_norm(x, w.input_norm, s.eps), w.qkv).view(B, T, Hq + 2 * KV, D)
-        qk = apply_rotary(rms_norm(qkv[:, :, :Hq + KV], w.qk_norm, s.eps), cos, sin)
-        q, key, value = qk[:, :, :Hq], qk[:, :, Hq:], qkv[:, :, Hq + KV:]
-        self.cache.write(0, B, slots, key.transpose(1, 2), value.transpose(1, 2))
-        keys, values = self.cache.view(0, B, span)                             # [B, KV, span, D]
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values,
-                                           attn_mask=attention_bias(mask, keys.dtype),
-                                           enable_gqa=Hq != KV)                # [B, Hq, T, D]
-        g = x + linear(y.transpose(1, 2).reshape(B, T, Hq * D), w.o)           # [B, T, H]
-        gate, up = linear(rms_norm(g, w.post_norm, s.eps), w.gate_up).chunk(2, dim=-1)
-        return g + linear(F.silu(gate) * up, w.down)
+    def _eager_block(self, tokens, x, slots, mask, span, positions=None):
+        """The layer's block over x [B, T, H] as torch operations: its output [B, T, H]
+        (fast/forward.py's eager layers with the stream starting as x, the definition the native
+        call is checked against). positions: the slots unless given (a tree's nodes)."""
+        return eager_layers(self.weights.block, self.cache, tokens, slots,
+                            slots if positions is None else positions, mask, span, self.rotary,
+                            start=x)

@@ -1,5 +1,5 @@
 """fast/fused.cpp, a step's decoder layers in one native call, against the eager loop it
-replaces (fast/forward.py's _eager_layers): the same logits and cache entries to rounding in
+replaces (fast/forward.py's eager_layers): the same logits and cache entries to rounding in
 float32 and float64 on chains, ragged batches, trees, grouped-query shapes and an early-exit
 draft; each row bit for bit what it is alone (a verify row is its decode step); and every
 input off its contract sent to the eager loop rather than guessed at."""

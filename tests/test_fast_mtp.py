@@ -187,7 +187,7 @@ def test_the_native_block_is_the_eager_one(target, layers):
                                          slots, mask, 12, drafter.rotary, start=x)
                 assert g is not None, "the native MTP mode did not apply"
             else:
-                g = drafter._eager_block(x, slots, mask, 12)
+                g = drafter._eager_block(tokens, x, slots, mask, 12)
             outputs.append((g, drafter.cache.keys[0][:2, :, :8].clone(),
                             drafter.cache.values[0][:2, :, :8].clone()))
         for mine, theirs in zip(*outputs):
