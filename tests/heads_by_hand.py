@@ -19,6 +19,16 @@ def small_target(seed: int = 3):
     return random_model(SMALL, seed=seed, dtype=torch.float64)
 
 
+def random_heads(target, specs: dict, first_seed: int) -> dict:
+    """name -> (kind, a seeded random head) for specs {name: dict(kind=..., **options)}."""
+    from reference.heads.random import random_head
+    out = {}
+    for i, (name, spec) in enumerate(specs.items()):
+        options = {key: value for key, value in spec.items() if key != "kind"}
+        out[name] = (spec["kind"], random_head(spec["kind"], target, seed=first_seed + i, **options))
+    return out
+
+
 def _run(block_fn, x, cache_config, dtype):
     """block_fn(x, cache, positions, mask) over the whole sequence x [1, T, ...] with a fresh
     one-layer cache, positions 0 .. T - 1 and a causal mask."""

@@ -12,20 +12,16 @@ from reference.dynamic_tree import DynamicTree, sampler_children
 from reference.heads.proposer import ChainHeadProposer
 from reference.heads.random import random_head
 from reference.heads.tree import TreeHeadProposer
-from reference.hidden import HiddenStates, forward_hidden
+from reference.hidden import forward_hidden
 from reference.sampling import Sampler, SamplingParams
 from reference.dynamic_tree import grow
-from tests.heads_by_hand import small_target
+from tests.heads_by_hand import random_heads, small_target
+from tests.test_reference_heads import HEADS as ALL_HEADS
 
 PROMPTS = [[1, 2, 3, 4, 5, 6], [9], [40, 40, 7, 40, 40], [63, 0, 31, 32, 8, 8, 8, 20, 11]]
-HEADS = {
-    "eagle": dict(kind="eagle"),
-    "eagle3": dict(kind="eagle3"),
-    "eagle3-d2t": dict(kind="eagle3", draft_vocab=list(range(63, 0, -2)) + [2, 4]),
-    "mtp": dict(kind="mtp"),
-    "mtp-llamacpp": dict(kind="mtp", hidden=HiddenStates((3,), normed=True), recycle="normed",
-                         lead=True),
-}
+# the chained heads' conventions of tests/test_reference_heads.py (Medusa has no law at a node)
+HEADS = {name: spec for name, spec in ALL_HEADS.items()
+         if name in ("eagle", "eagle3", "eagle3-d2t", "mtp", "mtp-llamacpp")}
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +31,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def heads(target):
-    out = {}
-    for i, (name, spec) in enumerate(HEADS.items()):
-        options = {key: value for key, value in spec.items() if key != "kind"}
-        out[name] = random_head(spec["kind"], target, seed=30 + i, **options)
-    return out
+    return {name: head for name, (_, head) in random_heads(target, HEADS, first_seed=30).items()}
 
 
 @pytest.mark.parametrize("name", HEADS)

@@ -42,11 +42,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def heads(target):
-    out = {}
-    for i, (name, spec) in enumerate(HEADS.items()):
-        options = {key: value for key, value in spec.items() if key != "kind"}
-        out[name] = (spec["kind"], random_head(spec["kind"], target, seed=10 + i, **options))
-    return out
+    return by_hand.random_heads(target, HEADS, first_seed=10)
 
 
 @pytest.mark.parametrize("name", HEADS)
